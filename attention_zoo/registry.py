@@ -1,0 +1,96 @@
+"""The attention registry (CONTRACT 1).
+
+An attention *core* is a ``flax.linen.Module`` whose single field is ``config`` (a frozen dataclass
+deriving from :class:`AttentionConfig`). It maps ``query, key [B, L, H, D]`` and ``value [B, L, H, V]``
+to ``[B, L, H, V]``; it owns no projections (``lra_bench.models`` does).
+
+Register one with a decorator; variants of one method register the same class under several names with
+different config classes::
+
+    @register_attention("my_attention", MyConfig)
+    class MyAttention(nn.Module):
+      config: MyConfig
+      def __call__(self, query, key, value, mask=None, deterministic=True): ...
+
+Every registered name then enters the registry-wide tests, the suite, the benchmark and the reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, TypeVar
+
+import flax.linen as nn
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionConfig:
+  """Fields every attention core has.
+
+  Attributes:
+    causal: position i may attend only to j <= i. ``False`` is the LRA (encoder) setting. A core that
+      cannot do causal attention raises ``NotImplementedError`` when this is ``True``.
+    dropout_rate: dropout on the attention probabilities (flax RNG stream ``"dropout"``).
+  """
+
+  causal: bool = False
+  dropout_rate: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+  module_cls: type[nn.Module]
+  config_cls: type[AttentionConfig]
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+ModuleT = TypeVar("ModuleT", bound=type[nn.Module])
+
+
+def register_attention(name: str, config_cls: type[AttentionConfig]) -> Callable[[ModuleT], ModuleT]:
+  """Class decorator: registers ``module_cls`` under ``name`` with default config ``config_cls()``."""
+  if not (dataclasses.is_dataclass(config_cls) and issubclass(config_cls, AttentionConfig)):
+    raise TypeError(f"config_cls for {name!r} must be a dataclass deriving from AttentionConfig")
+  if not config_cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+    raise TypeError(f"config_cls for {name!r} must be a frozen dataclass")
+
+  def decorator(module_cls: ModuleT) -> ModuleT:
+    existing = _REGISTRY.get(name)
+    if existing is not None and (existing.module_cls.__qualname__, existing.config_cls.__qualname__) != (
+        module_cls.__qualname__, config_cls.__qualname__):
+      raise ValueError(f"attention {name!r} is already registered by {existing.module_cls.__module__}")
+    _REGISTRY[name] = _Entry(module_cls, config_cls)
+    return module_cls
+
+  return decorator
+
+
+def list_attentions() -> list[str]:
+  """Sorted names of every registered attention core."""
+  return sorted(_REGISTRY)
+
+
+def _entry(name: str) -> _Entry:
+  try:
+    return _REGISTRY[name]
+  except KeyError:
+    raise ValueError(
+        f"unknown attention {name!r}; known attentions: {', '.join(list_attentions())}") from None
+
+
+def attention_config(name: str, **overrides: Any) -> AttentionConfig:
+  """The frozen config of ``name``: its defaults, with ``overrides`` applied."""
+  config_cls = _entry(name).config_cls
+  fields = {f.name for f in dataclasses.fields(config_cls)}
+  unknown = sorted(set(overrides) - fields)
+  if unknown:
+    raise TypeError(
+        f"attention {name!r} has no config field(s) {', '.join(map(repr, unknown))}; "
+        f"its fields are: {', '.join(sorted(fields))}")
+  return config_cls(**overrides)
+
+
+def create_attention(name: str, **overrides: Any) -> nn.Module:
+  """Builds the attention core registered as ``name`` (unbound flax module)."""
+  return _entry(name).module_cls(config=attention_config(name, **overrides))

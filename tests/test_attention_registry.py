@@ -1,0 +1,138 @@
+"""Registry-wide attention tests: every registered core gets these without writing a line.
+
+Checked for each name in ``list_attentions()``: shapes (value_dim != head_dim), finite outputs and
+gradients under jit, invariance to what padded tokens contain, zero weight on padded keys, the
+effective-matrix probe (value = identity) giving non-negative rows that sum to 1, dropout, and — for
+cores that support it — causality.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention_zoo
+from tests.attention_probe import create, effective_matrix, init_and_apply, random_qkv
+
+NAMES = attention_zoo.list_attentions()
+LENGTH = 37  # deliberately not a multiple of any block size or a square
+PAD = 9      # trailing padded positions in the padded-batch cases
+
+
+def _padded_mask(batch: int, length: int, pad: int) -> jnp.ndarray:
+  mask = np.ones((batch, length), bool)
+  mask[0, length - pad:] = False  # first example padded, second full
+  return jnp.asarray(mask)
+
+
+def _causal_core(name):
+  """The causal core, or skip when the method declares it cannot be causal."""
+  core = create(name, causal=True)
+  q, k, v = random_qkv(0, 1, 16, 1, 4, 4)
+  try:
+    init_and_apply(core, q, k, v)
+  except NotImplementedError as err:
+    pytest.skip(f"{name} has no causal form: {err}")
+  return core
+
+
+def test_registry_errors_are_clear():
+  with pytest.raises(ValueError, match="known attentions: .*vanilla"):
+    attention_zoo.create_attention("no_such_attention")
+  with pytest.raises(TypeError, match="no_such_field"):
+    attention_zoo.create_attention("vanilla", no_such_field=1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_config_is_frozen_with_causal_field(name):
+  config = attention_zoo.attention_config(name)
+  assert dataclasses.is_dataclass(config) and config.causal is False
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    config.causal = True  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shapes_and_finite_under_jit(name):
+  core = create(name)
+  q, k, v = random_qkv(1, 2, LENGTH, 3, 8, 5)  # value_dim (5) != head_dim (8)
+  mask = _padded_mask(2, LENGTH, PAD)
+  variables = core.init({"params": jax.random.key(0), "attention": jax.random.key(1)}, q, k, v, mask)
+  out = jax.jit(lambda q, k, v, m: core.apply(variables, q, k, v, mask=m,
+                                             rngs={"attention": jax.random.key(2)}))(q, k, v, mask)
+  assert out.shape == (2, LENGTH, 3, 5)
+  assert np.all(np.isfinite(np.asarray(out))), "outputs (including padded query rows) must be finite"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_finite(name):
+  core = create(name)
+  q, k, v = random_qkv(2, 2, LENGTH, 2, 8, 8)
+  mask = _padded_mask(2, LENGTH, PAD)
+  _, variables = init_and_apply(core, q, k, v, mask)
+
+  def loss(q, k, v):
+    out = core.apply(variables, q, k, v, mask=mask, rngs={"attention": jax.random.key(0)})
+    return jnp.sum(out * mask[:, :, None, None])
+
+  grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+  for g in grads:
+    assert np.all(np.isfinite(np.asarray(g)))
+  assert np.any(np.asarray(grads[2]) != 0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_padding_contents_do_not_leak(name):
+  """Whatever the padded positions hold, real outputs are unchanged."""
+  core = create(name)
+  q, k, v = random_qkv(3, 2, LENGTH, 2, 8, 8)
+  mask = _padded_mask(2, LENGTH, PAD)
+  out1, variables = init_and_apply(core, q, k, v, mask)
+  pad = ~np.asarray(mask)[:, :, None, None]
+  q2, k2, v2 = (jnp.where(pad, 7.0 * x2 + 3.0, x) for x, x2 in zip((q, k, v), random_qkv(4, 2, LENGTH, 2, 8, 8)))
+  out2, _ = init_and_apply(core, q2, k2, v2, mask, variables=variables)
+  real = np.asarray(mask)
+  np.testing.assert_allclose(np.asarray(out1)[real], np.asarray(out2)[real], rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_effective_matrix_is_row_stochastic_with_zero_on_padding(name):
+  core = create(name)
+  q, k, _ = random_qkv(5, 2, LENGTH, 1, 8, 1)
+  mask = _padded_mask(2, LENGTH, PAD)
+  p = effective_matrix(core, q, k, mask)
+  real = np.asarray(mask)
+  assert np.all(p >= -1e-6), "effective attention weights must be non-negative"
+  np.testing.assert_allclose(p.sum(-1)[real], 1.0, atol=1e-4)
+  padded_cols = p[0][:, ~real[0]]
+  assert np.all(np.abs(padded_cols[real[0]]) < 1e-6), "real queries must put no weight on padded keys"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dropout_uses_the_rng_stream(name):
+  core = create(name, dropout_rate=0.5)
+  q, k, v = random_qkv(6, 1, LENGTH, 2, 8, 8)
+  det, variables = init_and_apply(core, q, k, v)
+  drop_a, _ = init_and_apply(core, q, k, v, deterministic=False, variables=variables, seed=10)
+  drop_b, _ = init_and_apply(core, q, k, v, deterministic=False, variables=variables, seed=10)
+  np.testing.assert_array_equal(np.asarray(drop_a), np.asarray(drop_b))  # same keys, same result
+  assert np.all(np.isfinite(np.asarray(drop_a)))
+  assert not np.allclose(np.asarray(det), np.asarray(drop_a))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_causal_never_looks_ahead(name):
+  core = _causal_core(name)
+  q, k, v = random_qkv(7, 1, LENGTH, 1, 8, 8)
+  p = effective_matrix(core, q, k)[0]
+  assert np.all(np.abs(np.triu(p, 1)) < 1e-7), "causal weights above the diagonal"
+  np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-4)
+  # Perturbing the future leaves the past unchanged.
+  cut = LENGTH // 2
+  out1, variables = init_and_apply(core, q, k, v)
+  q2, k2, v2 = (x.at[:, cut:].add(5.0) for x in (q, k, v))
+  out2, _ = init_and_apply(core, q2, k2, v2, variables=variables)
+  np.testing.assert_allclose(np.asarray(out1)[:, :cut], np.asarray(out2)[:, :cut], rtol=1e-5, atol=1e-5)
