@@ -1,0 +1,60 @@
+"""Block and grid helpers shared by the sparse cores (BigBird, Sparse-Fixed, Axial) and Combiner.
+
+Axis legend: ``B`` batch, ``L`` length, ``N`` blocks (or grid rows), ``S`` block size (or grid
+columns), ``H`` heads, ``D`` head dim, ``V`` value dim, ``K`` gathered blocks per query block.
+
+Every sparse core pads the sequence to a block (or grid) multiple internally and masks the padding, so
+the caller never chooses sizes that must divide the length.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from attention_zoo import common
+
+
+def sqrt_block_size(length: int, minimum: int = 1) -> int:
+  """Default block size ~ sqrt(L) (so that L/S ~ S), at least ``minimum``."""
+  return max(minimum, int(math.ceil(math.sqrt(length))))
+
+
+def grid_shape(length: int, width: int | None = None) -> tuple[int, int]:
+  """(rows n, columns m) of the row-major grid holding ``length`` positions.
+
+  ``width`` (e.g. the image width) fixes m; otherwise m = ceil(sqrt(L)). n = ceil(L / m).
+  """
+  m = width if width else sqrt_block_size(length)
+  return int(math.ceil(length / m)), m
+
+
+def pad_to_multiple(x: jax.Array, mask: jax.Array, multiple: int) -> tuple[jax.Array, jax.Array]:
+  """Pads ``x`` [B, L, ...] and ``mask`` [B, L] along L to a multiple; padded positions are masked."""
+  return common.pad_axis(x, multiple, axis=1), common.pad_axis(mask, multiple, axis=1, value=False)
+
+
+def to_blocks(x: jax.Array, block: int) -> jax.Array:
+  """[B, L, ...] -> [B, N, S, ...] with S = ``block`` (L must already be a multiple)."""
+  batch, length = x.shape[:2]
+  if length % block:
+    raise ValueError(f"length {length} is not a multiple of block size {block}; pad first")
+  return x.reshape(batch, length // block, block, *x.shape[2:])
+
+
+def from_blocks(x: jax.Array) -> jax.Array:
+  """[B, N, S, ...] -> [B, N*S, ...]."""
+  return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
+
+
+def gather_blocks(blocks: jax.Array, index: jax.Array) -> jax.Array:
+  """Gathers blocks along N: ``blocks`` [B, N, S, ...], ``index`` int [N', K] -> [B, N', K, S, ...]."""
+  return jnp.take(blocks, index, axis=1)
+
+
+def gather_blocks_per_head(blocks: jax.Array, index: jax.Array) -> jax.Array:
+  """Per-head gather: ``blocks`` [B, N, S, H, X], ``index`` int [H, N', K] -> [B, N', K, S, H, X]."""
+  per_head = jax.vmap(lambda b, i: jnp.take(b, i, axis=1), in_axes=(3, 0), out_axes=4)
+  return per_head(blocks, index)
