@@ -18,3 +18,24 @@ def x64():
     yield
   finally:
     jax.config.update("jax_enable_x64", False)
+
+
+@pytest.fixture(scope="session")
+def listops_dir(tmp_path_factory):
+  """A tiny generated ListOps data root (name 'tiny': 120/40/37 examples of 11..63 tokens)."""
+  from tasks import get_task
+
+  root = str(tmp_path_factory.mktemp("lra_data"))
+  get_task("listops").prepare(root, name="tiny", num_train=120, num_val=40, num_test=37, seed=0,
+                              min_length=10, max_length=64, progress=False)
+  return root
+
+
+def tiny_overrides(**extra):
+  """Overrides that shrink the smoke protocol to seconds, for the tiny ListOps data above."""
+  values = {"data.options.name": "'tiny'", "data.max_length": 64, "batch_size": 8,
+            "num_train_steps": 24, "eval_every": 8, "checkpoint_every": 8, "log_every": 4,
+            "model.num_layers": 1, "model.emb_dim": 16, "model.qkv_dim": 16, "model.mlp_dim": 32,
+            "optimizer.warmup_steps": 4}
+  values.update(extra)
+  return [f"{k}={v}" for k, v in values.items()]

@@ -1,0 +1,3 @@
+from lra_bench.cli import run
+
+run()

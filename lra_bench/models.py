@@ -1,0 +1,146 @@
+"""The shared LRA encoder and classifier heads; the attention core comes from the registry by name.
+
+Matches the LRA Transformer (research/lra_official.md §1): token embedding N(0, 1), sinusoidal or learned
+(N(0, 0.02)) positions, optional learned CLS vector prepended, pre-LN blocks [LN -> multi-head attention
+-> dropout -> residual; LN -> Dense -> GELU -> dropout -> Dense -> dropout -> residual], final LayerNorm,
+pooling (CLS / MEAN / SUM / MAX), head Dense(mlp) -> ReLU -> Dense(classes). Two-input tasks share one
+encoder and classify [u, v, u*v, u-v] (the LRA dual encoder).
+
+Axis legend: ``B`` batch, ``T`` tokens, ``E`` embedding, ``H`` heads, ``D`` head dim, ``C`` classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import attention_zoo
+
+POOLINGS = ("CLS", "MEAN", "SUM", "MAX")
+POSITIONS = ("sinusoidal", "learned", "none")
+
+
+def sinusoidal_positions(length: int, dim: int, max_scale: float = 10_000.0) -> np.ndarray:
+  """[T, E] fixed sin/cos table (first half sin, second half cos), as the LRA code."""
+  position = np.arange(length)[:, None]
+  half = dim // 2
+  scale = np.exp(-np.log(max_scale) * np.arange(half) / max(half - 1, 1))
+  table = np.zeros((length, dim), np.float32)
+  table[:, :half] = np.sin(position * scale)
+  table[:, half:2 * half] = np.cos(position * scale)
+  return table
+
+
+class MultiHeadAttention(nn.Module):
+  """Q/K/V/out projections (no bias, xavier-uniform) around a registered attention core."""
+
+  num_heads: int
+  qkv_dim: int
+  attention: str
+  attention_kwargs: Mapping[str, Any]
+  dropout_rate: float
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, mask, deterministic: bool):
+    """x: [B, T, E]; mask: bool [B, T] -> [B, T, E]."""
+    if self.qkv_dim % self.num_heads:
+      raise ValueError(f"qkv_dim {self.qkv_dim} is not divisible by num_heads {self.num_heads}")
+    head_dim = self.qkv_dim // self.num_heads
+    dense = lambda name: nn.DenseGeneral((self.num_heads, head_dim), use_bias=False, name=name,
+                                         kernel_init=nn.initializers.xavier_uniform(), dtype=self.dtype)
+    q, k, v = dense("query")(x), dense("key")(x), dense("value")(x)        # [B, T, H, D]
+    core = attention_zoo.create_attention(self.attention, dropout_rate=self.dropout_rate,
+                                          **dict(self.attention_kwargs))
+    out = core.clone(parent=self, name="core")(q, k, v, mask=mask, deterministic=deterministic)
+    return nn.DenseGeneral(x.shape[-1], axis=(-2, -1), use_bias=False, name="out",
+                           kernel_init=nn.initializers.xavier_uniform(), dtype=self.dtype)(out)
+
+
+class EncoderBlock(nn.Module):
+  config: Any  # the ``model`` ConfigDict
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, mask, deterministic: bool):
+    c = self.config
+    y = nn.LayerNorm(dtype=self.dtype)(x)
+    y = MultiHeadAttention(c.num_heads, c.qkv_dim, c.attention, c.attention_kwargs,
+                           c.attention_dropout_rate, self.dtype)(y, mask, deterministic)
+    x = x + nn.Dropout(c.dropout_rate)(y, deterministic=deterministic)
+    y = nn.LayerNorm(dtype=self.dtype)(x)
+    y = nn.Dense(c.mlp_dim, dtype=self.dtype)(y)
+    y = nn.Dropout(c.dropout_rate)(nn.gelu(y), deterministic=deterministic)
+    y = nn.Dense(x.shape[-1], dtype=self.dtype)(y)
+    return x + nn.Dropout(c.dropout_rate)(y, deterministic=deterministic)
+
+
+class Encoder(nn.Module):
+  """Tokens [B, T] -> (features [B, T', E], mask [B, T']) with T' = T + 1 when a CLS is prepended."""
+
+  config: Any
+  vocab_size: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens, deterministic: bool):
+    c = self.config
+    mask = tokens > 0  # pad id 0 (pixel tasks shift pixels by one so black is not padding)
+    x = nn.Embed(self.vocab_size, c.emb_dim, embedding_init=nn.initializers.normal(1.0),
+                 name="embed")(tokens).astype(self.dtype)
+    if c.pooling == "CLS":
+      cls = self.param("cls", nn.initializers.zeros, (1, 1, c.emb_dim))
+      x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, c.emb_dim)).astype(self.dtype), x], 1)
+      mask = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask], axis=1)
+    length = x.shape[1]
+    if c.positions == "sinusoidal":
+      x = x + jnp.asarray(sinusoidal_positions(length, c.emb_dim), self.dtype)[None]
+    elif c.positions == "learned":
+      x = x + self.param("positions", nn.initializers.normal(0.02), (1, length, c.emb_dim)).astype(self.dtype)
+    elif c.positions != "none":
+      raise ValueError(f"unknown positions {c.positions!r}; expected one of {POSITIONS}")
+    x = nn.Dropout(c.dropout_rate)(x, deterministic=deterministic)
+    for i in range(c.num_layers):
+      x = EncoderBlock(c, self.dtype, name=f"block_{i}")(x, mask, deterministic)
+    return nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x), mask
+
+
+def pool(x, mask, how: str):
+  """[B, T, E] -> [B, E] over real tokens."""
+  weights = mask[..., None].astype(x.dtype)
+  if how == "CLS":
+    return x[:, 0]
+  if how == "MEAN":
+    return jnp.sum(x * weights, 1) / jnp.maximum(jnp.sum(weights, 1), 1.0)
+  if how == "SUM":
+    return jnp.sum(x * weights, 1)
+  if how == "MAX":
+    return jnp.max(jnp.where(mask[..., None], x, jnp.finfo(x.dtype).min), 1)
+  raise ValueError(f"unknown pooling {how!r}; expected one of {POOLINGS}")
+
+
+class Classifier(nn.Module):
+  """The LRA model: one encoder, one or two inputs, classifier head -> logits [B, C] (float32)."""
+
+  config: Any
+  vocab_size: int
+  num_classes: int
+  dual_input: bool = False
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, batch: Mapping[str, jax.Array], *, deterministic: bool = True):
+    c = self.config
+    encoder = Encoder(c, self.vocab_size, self.dtype, name="encoder")
+    if self.dual_input:
+      u = pool(*encoder(batch["inputs1"], deterministic), c.pooling)
+      v = pool(*encoder(batch["inputs2"], deterministic), c.pooling)
+      features = jnp.concatenate([u, v, u * v, u - v], axis=-1)
+    else:
+      features = pool(*encoder(batch["inputs"], deterministic), c.pooling)
+    hidden = nn.relu(nn.Dense(c.mlp_dim, dtype=self.dtype, name="head_hidden")(features))
+    return nn.Dense(self.num_classes, dtype=self.dtype, name="head_out")(hidden).astype(jnp.float32)

@@ -1,0 +1,169 @@
+"""The result record (ARCHITECTURE.md, CONTRACT 3): one JSON object per finished or failed run.
+
+Records are appended to ``<results_dir>/results.jsonl`` under an exclusive file lock, and written as
+``<workdir>/result.json``; both writes are atomic (no reader ever sees half a record). A record whose
+run (task, attention, protocol, seed, config hash) already has a terminal record is not appended twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import math
+import os
+import platform
+import subprocess
+import tempfile
+from typing import Any, Iterable, Iterator
+
+STATUSES = ("ok", "failed", "oom", "no_data")
+TERMINAL = ("ok", "oom", "no_data")  # a suite does not rerun these; "failed" runs are retried
+RESULTS_FILE = "results.jsonl"
+
+FIELDS = (
+    "task", "attention", "protocol", "seed", "status", "error",
+    "test_accuracy", "test_accuracy_last", "best_val_accuracy", "best_step", "train_steps",
+    "num_params", "steps_per_second", "examples_per_second", "compile_seconds", "wall_seconds",
+    "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length", "batch_size",
+    "backend", "device_kind", "num_devices", "versions", "git_sha", "config", "config_hash",
+)
+
+
+def run_key(record: dict[str, Any]) -> tuple:
+  return (record.get("kind", "train"), record["task"], record["attention"], record["protocol"],
+          record["seed"], record.get("config_hash"), record.get("max_length"))
+
+
+def _clean(value):
+  """JSON-safe: NaN/inf become null, numpy scalars become Python numbers."""
+  if isinstance(value, dict):
+    return {str(k): _clean(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_clean(v) for v in value]
+  if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+    value = value.item()
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  return value
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+  """Writes ``obj`` as JSON to ``path`` via a temporary file and ``os.replace``."""
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+  try:
+    with os.fdopen(fd, "w") as f:
+      json.dump(_clean(obj), f, indent=1, sort_keys=True)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(tmp)
+    raise
+
+
+@contextlib.contextmanager
+def locked(results_dir: str) -> Iterator[None]:
+  """Exclusive lock on the results directory (held across processes)."""
+  os.makedirs(results_dir, exist_ok=True)
+  with open(os.path.join(results_dir, ".lock"), "a") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def load_records(results_dir: str) -> list[dict[str, Any]]:
+  """Every record in ``results.jsonl``; malformed lines are skipped with a warning naming the line."""
+  path = os.path.join(results_dir, RESULTS_FILE)
+  if not os.path.exists(path):
+    return []
+  records = []
+  with open(path, encoding="utf-8") as f:
+    for lineno, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      try:
+        records.append(json.loads(line))
+      except json.JSONDecodeError as err:
+        logging.warning("%s:%d: skipping malformed record (%s)", path, lineno, err)
+  return records
+
+
+def append_record(results_dir: str, record: dict[str, Any]) -> bool:
+  """Appends ``record`` unless its run already has a terminal record. Returns whether it appended."""
+  record = _clean(record)
+  with locked(results_dir):
+    key = run_key(record)
+    for old in load_records(results_dir):
+      if run_key(old) == key and old.get("status") in TERMINAL:
+        logging.info("run %s already has a %r record; not appending another", key, old["status"])
+        return False
+    path = os.path.join(results_dir, RESULTS_FILE)
+    line = json.dumps(record, sort_keys=True) + "\n"
+    # One write() of one line on an O_APPEND descriptor, fsynced, under the lock.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+      os.write(fd, line.encode())
+      os.fsync(fd)
+    finally:
+      os.close(fd)
+  return True
+
+
+def terminal_record(results_dir: str, key: tuple) -> dict[str, Any] | None:
+  for record in load_records(results_dir):
+    if run_key(record) == key and record.get("status") in TERMINAL:
+      return record
+  return None
+
+
+def git_sha() -> str:
+  """The commit of the code that ran (``+dirty`` if the tree had local changes), or 'unknown'."""
+  here = os.path.dirname(os.path.abspath(__file__))
+  try:
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                         timeout=10, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                           capture_output=True, text=True, timeout=10).stdout.strip()
+    return sha + ("+dirty" if dirty else "")
+  except (OSError, subprocess.SubprocessError):
+    return "unknown"
+
+
+def versions() -> dict[str, str]:
+  import importlib.metadata as md
+
+  out = {"python": platform.python_version()}
+  for dist in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "tensorflow-cpu", "tensorflow",
+               "tensorflow-datasets", "lra-bench"):
+    with contextlib.suppress(md.PackageNotFoundError):
+      out[dist] = md.version(dist)
+  return out
+
+
+def device_info() -> dict[str, Any]:
+  import jax
+
+  device = jax.devices()[0]
+  return {"backend": jax.default_backend(), "device_kind": device.device_kind,
+          "num_devices": jax.device_count(), "num_processes": jax.process_count()}
+
+
+def make_record(**fields: Any) -> dict[str, Any]:
+  """A record with every CONTRACT 3 field present (missing ones null) plus any extra fields given."""
+  record = {name: None for name in FIELDS}
+  record.update(versions=versions(), git_sha=git_sha(), **device_info())
+  record.update(fields)
+  if record["status"] not in STATUSES:
+    raise ValueError(f"status must be one of {STATUSES}, got {record['status']!r}")
+  return record
+
+
+def records_by_status(records: Iterable[dict[str, Any]], status: str) -> list[dict[str, Any]]:
+  return [r for r in records if r.get("status") == status]

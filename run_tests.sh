@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Sets up ./.venv if needed and runs the test suite (extra arguments go to pytest).
+set -euo pipefail
+cd "$(dirname "$0")"
+source scripts/setup_env.sh
+exec python -m pytest -q -n "${LRA_TEST_WORKERS:-2}" "$@" tests

@@ -1,0 +1,107 @@
+"""The task contract (ARCHITECTURE.md, CONTRACT 2): what every LRA task provides.
+
+A task knows how to make or find its data (``prepare``), how to read one split into fixed-length int32
+examples (``examples``), and how to batch them (``dataset``, shared here). Batches are dicts:
+``{"inputs": int32[B, T], "targets": int32[B]}`` or, for dual-input tasks,
+``{"inputs1", "inputs2", "targets"}``; pad id is 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+from typing import Any, ClassVar
+
+SPLITS = ("train", "validation", "test")
+
+
+class DataError(ValueError):
+  """Missing or malformed data. The message names the file (and line) and the fix."""
+
+
+class MissingDataError(DataError):
+  """The data of a task is not there; the message names the path looked at and how to make it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Examples:
+  """One split, read and validated.
+
+  Attributes:
+    dataset: unbatched ``tf.data.Dataset`` of dicts of fixed-length int32 tensors.
+    num_examples: how many examples the split holds.
+    num_truncated: how many were longer than ``max_length`` and were truncated.
+    source: the file or folder they came from (for logs and result records).
+  """
+
+  dataset: Any
+  num_examples: int
+  num_truncated: int
+  source: str
+
+
+def import_tf():
+  """Imports TensorFlow for tf.data only, hiding every accelerator from it (JAX owns them)."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  import tensorflow as tf
+
+  try:
+    tf.config.set_visible_devices([], "GPU")
+    tf.config.set_visible_devices([], "TPU")
+  except (RuntimeError, ValueError):
+    pass  # already initialized, or no such device type on this build
+  return tf
+
+
+def default_data_dir() -> str:
+  """``$LRA_DATA_DIR`` or ``~/lra_data``."""
+  return os.environ.get("LRA_DATA_DIR") or os.path.join(os.path.expanduser("~"), "lra_data")
+
+
+class Task:
+  """Base class of the LRA tasks. Subclasses set the class attributes and implement
+  ``prepare`` and ``examples``; ``dataset`` (shuffle / repeat / batch / prefetch) is shared."""
+
+  name: ClassVar[str]
+  num_classes: ClassVar[int]
+  vocab_size: ClassVar[int]
+  max_length: ClassVar[int]
+  dual_input: ClassVar[bool] = False
+  chance_accuracy: ClassVar[float]
+
+  @property
+  def input_keys(self) -> tuple[str, ...]:
+    return ("inputs1", "inputs2") if self.dual_input else ("inputs",)
+
+  def prepare(self, data_dir: str, **options) -> str:
+    """Generates or verifies the data under ``data_dir``; idempotent. Returns the task's data path."""
+    raise NotImplementedError
+
+  def examples(self, data_dir: str, split: str, *, max_length: int, **options) -> Examples:
+    raise NotImplementedError
+
+  def prepare_command(self, data_dir: str, **options) -> str:
+    """The shell command that makes this task's data (quoted into missing-data errors)."""
+    parts = ["lra-bench", "data", "prepare", self.name, f"--data_dir={data_dir}"]
+    parts += [f"--{key}={value}" for key, value in sorted(options.items())]
+    return shlex.join(parts)
+
+  def dataset(self, data_dir: str, split: str, batch_size: int, *, max_length: int | None = None,
+              seed: int = 0, repeat: bool = False, shuffle_buffer: int = 1024, **options):
+    """Batched ``tf.data.Dataset`` of one split; deterministic given ``seed``.
+
+    Training (``repeat=True``) shuffles with a seeded buffer, repeats forever and drops the remainder;
+    evaluation keeps every example (the last batch may be smaller).
+    """
+    if split not in SPLITS:
+      raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    tf = import_tf()
+    examples = self.examples(data_dir, split, max_length=max_length or self.max_length, **options)
+    ds = examples.dataset
+    if repeat:
+      ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.batch(batch_size, drop_remainder=repeat)
+    options_ = tf.data.Options()
+    options_.deterministic = True
+    return ds.with_options(options_).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,270 @@
+"""ListOps (LRA variant): a seeded generator faithful to the LRA generator, a reader for its TSV files
+(ours or the official ``lra_release/listops-1000``), and a deterministic tokenizer.
+
+Spec: ../shared/research/generators.md §1. Files: ``<data_dir>/listops-1000/<name>_{train,val,test}.tsv``
+with header ``Source\\tTarget`` and CRLF line ends (Python's csv default, as the original wrote them).
+
+Differences from the original, on purpose:
+- Seeded (``random.Random(seed)``): the same seed gives byte-identical files in every process. The
+  original used unseeded global ``random`` and set iteration order.
+- The vocabulary is a fixed tuple, so token ids are identical in every process. The original built it
+  from a Python ``set``, so ids changed between processes (the likely cause of its ListOps ~17% test bug).
+- Subtrees that already exceed the length filter are abandoned early; the accepted trees have the same
+  distribution (they are exactly the draws that pass the filter), generation is just faster.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+from typing import Union
+
+import numpy as np
+
+from tasks import register_task
+from tasks.base import DataError, Examples, MissingDataError, Task, import_tf
+
+OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
+CLOSE = "]"
+# Token id 0 is padding; these get ids 1..15 in this fixed order; 16 is out-of-vocabulary (never used).
+VOCAB = OPERATORS + ("X",) + tuple(str(d) for d in range(10))
+OOV_ID = len(VOCAB) + 1
+VOCAB_SIZE = len(VOCAB) + 2  # pad + 15 tokens + OOV = 17, as LRA's TokenTextEncoder
+
+SPLIT_FILES = {"train": "train", "validation": "val", "test": "test"}
+HEADER = ["Source", "Target"]
+SUBDIR = "listops-1000"  # the official release folder name
+
+Tree = Union[int, tuple[str, list["Tree"]]]
+
+
+class _TooLong(Exception):
+  pass
+
+
+def generate_tree(rng: random.Random, *, max_depth: int = 10, max_args: int = 10,
+                  value_p: float = 0.25, budget: int | None = None) -> tuple[Tree, int]:
+  """One random tree from depth 1, as the LRA generator (generators.md §1.2).
+
+  Returns (tree, length) where length counts operator, value and ``]`` tokens. Raises ``_TooLong`` as
+  soon as the length reaches ``budget`` (such a tree would be rejected by the length filter anyway).
+  """
+  used = 0
+
+  def gen(depth: int) -> Tree:
+    nonlocal used
+    r = rng.random() if depth < max_depth else 1.0
+    if r > value_p:
+      used += 1
+      if budget is not None and used >= budget:
+        raise _TooLong
+      return rng.randrange(10)
+    num_args = rng.randint(2, max_args)
+    children = [gen(depth + 1) for _ in range(num_args)]  # children are drawn before the operator
+    used += 2
+    if budget is not None and used >= budget:
+      raise _TooLong
+    return (rng.choice(OPERATORS), children)
+
+  tree = gen(1)
+  return tree, used
+
+
+def to_source(tree: Tree) -> str:
+  """The LRA ``Source`` string: the left-nested binary tuple form, every tuple in ``( … )``."""
+  if not isinstance(tree, tuple):
+    return str(tree)
+  op, args = tree
+  text = f"( {op} {to_source(args[0])} )"
+  for arg in args[1:]:
+    text = f"( {text} {to_source(arg)} )"
+  return f"( {text} {CLOSE} )"
+
+
+def evaluate(tree: Tree) -> int:
+  """The label: MIN, MAX, MED (numpy median truncated to int), SM (sum mod 10)."""
+  if not isinstance(tree, tuple):
+    return tree
+  op, args = tree
+  values = [evaluate(a) for a in args]
+  if op == "[MIN":
+    return min(values)
+  if op == "[MAX":
+    return max(values)
+  if op == "[MED":
+    return int(np.median(values))
+  if op == "[SM":
+    return sum(values) % 10
+  raise ValueError(f"unknown operator {op!r}")
+
+
+def generate(num_examples: int, *, seed: int, min_length: int = 500, max_length: int = 2000,
+             max_depth: int = 10, max_args: int = 10, value_p: float = 0.25,
+             progress: bool = True) -> list[tuple[str, int]]:
+  """``num_examples`` distinct (source, label) pairs with ``min_length < length < max_length``,
+  shuffled with the seeded RNG."""
+  from tqdm import tqdm
+
+  rng = random.Random(seed)
+  seen: dict[str, int] = {}
+  with tqdm(total=num_examples, desc="ListOps", unit="ex", disable=not progress) as bar:
+    while len(seen) < num_examples:
+      try:
+        tree, length = generate_tree(rng, max_depth=max_depth, max_args=max_args, value_p=value_p,
+                                     budget=max_length)
+      except _TooLong:
+        continue
+      if min_length < length < max_length:
+        source = to_source(tree)
+        if source not in seen:
+          seen[source] = evaluate(tree)
+          bar.update(1)
+  pairs = list(seen.items())  # insertion order: deterministic
+  rng.shuffle(pairs)
+  return pairs
+
+
+def _split_path(data_dir: str, split: str, name: str) -> str:
+  return os.path.join(data_dir, SUBDIR, f"{name}_{SPLIT_FILES[split]}.tsv")
+
+
+def num_tokens(source: str) -> int:
+  """Tokens after LRA preprocessing (parentheses dropped), for single-space separated sources."""
+  return source.count(" ") + 1 - source.count("(") - source.count(")")
+
+
+def read_tsv(path: str, num_classes: int = 10) -> tuple[list[str], list[int]]:
+  """Reads and validates one ListOps TSV; malformed lines raise ``DataError`` naming file:line."""
+  sources, labels = [], []
+  with open(path, newline="", encoding="utf-8") as f:
+    header = f.readline().rstrip("\r\n").split("\t")
+    if header != HEADER:
+      raise DataError(f"{path}:1: expected the header 'Source<TAB>Target', got {header!r}")
+    for lineno, line in enumerate(f, start=2):
+      line = line.rstrip("\r\n")
+      if not line:
+        continue
+      fields = line.split("\t")
+      if len(fields) != 2:
+        raise DataError(f"{path}:{lineno}: expected 2 tab-separated columns (Source, Target), "
+                        f"got {len(fields)}")
+      source, target = fields
+      try:
+        label = int(target)
+      except ValueError:
+        raise DataError(f"{path}:{lineno}: Target {target!r} is not an integer") from None
+      if not 0 <= label < num_classes:
+        raise DataError(f"{path}:{lineno}: Target {label} is outside 0..{num_classes - 1}")
+      if not source.strip():
+        raise DataError(f"{path}:{lineno}: empty Source")
+      sources.append(source)
+      labels.append(label)
+  return sources, labels
+
+
+def tokenize_fn(max_length: int):
+  """A tf function str -> int32[max_length] with the fixed vocabulary (same ids in every process)."""
+  tf = import_tf()
+  table = tf.lookup.StaticHashTable(
+      tf.lookup.KeyValueTensorInitializer(tf.constant(VOCAB), tf.range(1, len(VOCAB) + 1, dtype=tf.int32)),
+      default_value=OOV_ID)
+
+  def tokenize(source):
+    text = tf.strings.regex_replace(source, r"[()]", "")
+    text = tf.strings.regex_replace(text, r"\]", "X")
+    ids = table.lookup(tf.strings.split(text))[:max_length]
+    ids = tf.pad(ids, [[0, max_length - tf.shape(ids)[0]]])
+    ids.set_shape([max_length])
+    return ids
+
+  return tokenize
+
+
+def tokenize(sources: list[str], max_length: int) -> np.ndarray:
+  """Eager helper: int32 [N, max_length] token ids (tests, inspection)."""
+  tf = import_tf()
+  fn = tokenize_fn(max_length)
+  return np.stack([fn(tf.constant(s)).numpy() for s in sources]) if sources else np.zeros((0, max_length), np.int32)
+
+
+@register_task
+class ListOps(Task):
+  name = "listops"
+  num_classes = 10
+  vocab_size = VOCAB_SIZE
+  max_length = 2000
+  chance_accuracy = 0.1
+
+  def prepare(self, data_dir: str, *, name: str = "basic", num_train: int = 96_000,
+              num_val: int = 2_000, num_test: int = 2_000, seed: int = 0, min_length: int = 500,
+              max_length: int = 2000, overwrite: bool = False, progress: bool = True) -> str:
+    """Generates ``<data_dir>/listops-1000/<name>_{train,val,test}.tsv`` (idempotent, atomic).
+
+    Existing files with the same generation options are kept; existing files from elsewhere (e.g. the
+    official release) are never overwritten unless ``overwrite=True``.
+    """
+    out_dir = os.path.join(data_dir, SUBDIR)
+    options = dict(name=name, num_train=num_train, num_val=num_val, num_test=num_test, seed=seed,
+                   min_length=min_length, max_length=max_length, generator="lra-bench listops v1")
+    meta_path = os.path.join(out_dir, f"{name}_meta.json")
+    paths = [_split_path(data_dir, s, name) for s in SPLIT_FILES]
+    if all(map(os.path.exists, paths)) and not overwrite:
+      if os.path.exists(meta_path):
+        with open(meta_path) as f:
+          if json.load(f) == options:
+            logging.info("ListOps data already prepared in %s", out_dir)
+            return out_dir
+        raise DataError(f"{out_dir} holds ListOps '{name}' files generated with other options "
+                        f"(see {meta_path}); pass --overwrite to regenerate them")
+      logging.info("found ListOps files without generator metadata in %s (official release?); "
+                   "keeping them", out_dir)
+      return out_dir
+    if min_length >= max_length - 1:
+      raise ValueError(f"need min_length < max_length - 1, got {min_length}, {max_length}")
+    pairs = generate(num_train + num_val + num_test, seed=seed, min_length=min_length,
+                     max_length=max_length, progress=progress)
+    cuts = {"train": pairs[:num_train], "validation": pairs[num_train:num_train + num_val],
+            "test": pairs[num_train + num_val:]}
+    os.makedirs(out_dir, exist_ok=True)
+    tmp_dir = tempfile.mkdtemp(prefix=".tmp-listops-", dir=out_dir)
+    try:
+      for split, rows in cuts.items():
+        with open(os.path.join(tmp_dir, os.path.basename(_split_path(data_dir, split, name))), "w",
+                  newline="", encoding="utf-8") as f:
+          writer = csv.writer(f, delimiter="\t")  # default dialect: CRLF, like the original
+          writer.writerow(HEADER)
+          writer.writerows(rows)
+      with open(os.path.join(tmp_dir, os.path.basename(meta_path)), "w") as f:
+        json.dump(options, f, indent=1)
+      for split in SPLIT_FILES:
+        base = os.path.basename(_split_path(data_dir, split, name))
+        os.replace(os.path.join(tmp_dir, base), os.path.join(out_dir, base))
+      os.replace(os.path.join(tmp_dir, os.path.basename(meta_path)), meta_path)  # last: marks complete
+    finally:
+      shutil.rmtree(tmp_dir, ignore_errors=True)
+    return out_dir
+
+  def examples(self, data_dir: str, split: str, *, max_length: int, name: str = "basic") -> Examples:
+    path = _split_path(data_dir, split, name)
+    if not os.path.exists(path):
+      fix = self.prepare_command(data_dir) if name == "basic" else \
+          f"lra-bench data prepare listops --protocol <the protocol that uses {name!r}> --data_dir {data_dir}"
+      raise MissingDataError(f"ListOps data not found: {path} does not exist.\nGenerate it with:\n  {fix}")
+    sources, labels = read_tsv(path, self.num_classes)
+    if not sources:
+      raise DataError(f"{path}: no examples")
+    num_truncated = sum(num_tokens(s) > max_length for s in sources)
+    if num_truncated:
+      logging.warning("%s: %d of %d examples are longer than max_length=%d and are truncated",
+                      path, num_truncated, len(sources), max_length)
+    tf = import_tf()
+    tokenize = tokenize_fn(max_length)
+    ds = tf.data.Dataset.from_tensor_slices((sources, np.asarray(labels, np.int32)))
+    ds = ds.map(lambda s, y: {"inputs": tokenize(s), "targets": y},
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return Examples(ds, len(sources), num_truncated, path)
