@@ -257,16 +257,16 @@ def create_model(config: ml_collections.ConfigDict, task: tasks_lib.Task) -> mod
   return models.Classifier(config.model, task.vocab_size, task.num_classes, task.dual_input)
 
 
-def dummy_batch(task: tasks_lib.Task, batch_size: int, max_length: int) -> dict[str, np.ndarray]:
-  batch = {key: np.ones((batch_size, max_length), np.int32) for key in task.input_keys}
-  batch["targets"] = np.zeros((batch_size,), np.int32)
-  return batch
+def example_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
+  """Zeros shaped like one batch of a dataset with ``element_spec`` (for init and compiling)."""
+  return {key: np.zeros((batch_size, *spec.shape[1:]), spec.dtype.as_numpy_dtype)
+          for key, spec in element_spec.items()}
 
 
-def init_state(config, model, tx, task) -> TrainState:
+def init_state(config, model, tx, batch: dict[str, np.ndarray]) -> TrainState:
+  """Parameters from PRNGKey(seed); ``batch`` only provides shapes."""
   rng = jax.random.PRNGKey(config.seed)
   params_rng, dropout_rng, attention_rng, train_rng = jax.random.split(rng, 4)
-  batch = dummy_batch(task, 2, config.data.max_length)
   variables = jax.jit(functools.partial(model.init, deterministic=True))(
       {"params": params_rng, "dropout": dropout_rng, "attention": attention_rng}, batch)
   variables = dict(variables)
@@ -287,18 +287,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
   logging.info("task %s, attention %s, protocol %s, seed %d, devices %s", config.task,
                config.model.attention, config.protocol, config.seed, jax.devices())
 
-  def split_data(split, repeat):
-    return task.dataset(data_dir, split, config.batch_size, max_length=max_length, seed=config.seed,
-                        repeat=repeat, shuffle_buffer=config.data.shuffle_buffer, **data_options)
-
-  train_ds = split_data("train", repeat=True)
-  val_ds, test_ds = split_data("validation", False), split_data("test", False)
   data_stats = {split: task.examples(data_dir, split, max_length=max_length, **data_options)
                 for split in tasks_lib.SPLITS}
+  batched = functools.partial(tasks_lib.base.batched, batch_size=config.batch_size, seed=config.seed,
+                              shuffle_buffer=config.data.shuffle_buffer)
+  train_ds = batched(data_stats["train"], repeat=True)
+  val_ds, test_ds = batched(data_stats["validation"]), batched(data_stats["test"])
 
   model = create_model(config, task)
   tx = make_optimizer(config.optimizer)
-  state = init_state(config, model, tx, task)
+  state = init_state(config, model, tx, example_batch(train_ds.element_spec, 2))
   num_params = int(sum(x.size for x in jax.tree.leaves(state.params)))
   logging.info("model has %d parameters", num_params)
 
@@ -315,7 +313,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
   step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx), donate_argnums=0)
   eval_fn = jax.jit(functools.partial(eval_step, model=model))
   compile_start = time.perf_counter()
-  compiled = step_fn.lower(state, to_numpy(next(iter(split_data("train", repeat=True))))).compile()
+  compiled = step_fn.lower(state, example_batch(train_ds.element_spec, config.batch_size)).compile()
   compile_seconds = time.perf_counter() - compile_start
   analysis = cost_analysis(compiled)
 

@@ -89,19 +89,22 @@ class Task:
 
   def dataset(self, data_dir: str, split: str, batch_size: int, *, max_length: int | None = None,
               seed: int = 0, repeat: bool = False, shuffle_buffer: int = 1024, **options):
-    """Batched ``tf.data.Dataset`` of one split; deterministic given ``seed``.
-
-    Training (``repeat=True``) shuffles with a seeded buffer, repeats forever and drops the remainder;
-    evaluation keeps every example (the last batch may be smaller).
-    """
+    """Batched ``tf.data.Dataset`` of one split; deterministic given ``seed`` (see ``batched``)."""
     if split not in SPLITS:
       raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
-    tf = import_tf()
     examples = self.examples(data_dir, split, max_length=max_length or self.max_length, **options)
-    ds = examples.dataset
-    if repeat:
-      ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
-    ds = ds.batch(batch_size, drop_remainder=repeat)
-    options_ = tf.data.Options()
-    options_.deterministic = True
-    return ds.with_options(options_).prefetch(tf.data.AUTOTUNE)
+    return batched(examples, batch_size, seed=seed, repeat=repeat, shuffle_buffer=shuffle_buffer)
+
+
+def batched(examples: Examples, batch_size: int, *, seed: int = 0, repeat: bool = False,
+            shuffle_buffer: int = 1024):
+  """Training (``repeat=True``) shuffles with a seeded buffer, repeats forever and drops the remainder;
+  evaluation keeps every example (the last batch may be smaller)."""
+  tf = import_tf()
+  ds = examples.dataset
+  if repeat:
+    ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+  ds = ds.batch(batch_size, drop_remainder=repeat)
+  options = tf.data.Options()
+  options.deterministic = True
+  return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
