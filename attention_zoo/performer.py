@@ -7,10 +7,10 @@ Attention is ``out_i = Σ_j φ(q_i)·φ(k_j) v_j / Σ_j φ(q_i)·φ(k_j)`` and i
 matrix: ``φ(Q) (φ(K)ᵀ V)`` (bidirectional) or chunked prefix sums (causal). Two kernels:
 
 - ``kernel="softmax"`` — FAVOR+ positive orthogonal random features estimating ``exp(q·k/√D)``:
-  ``x̃ = x·D^{-1/4}``, ``φ(x) = M^{-1/2}(exp(x̃Wᵀ − ||x̃||²/2 − stabilizer) + ε)`` with ``W`` [M, D] made of
-  orthogonal ``D×D`` blocks (QR of Gaussians) whose row norms are chi(D) (``feature_norms="chi"``, the
-  upstream ``ortho_scaling=0``) or ``√D`` (``"sqrt_d"``, ``ortho_scaling=1``); ``orthogonal=False``
-  gives iid Gaussian rows.
+  ``x̃ = x·D^{-1/4}``, ``φ(x) = M^{-1/2}(exp(x̃Wᵀ − ||x̃||²/2 − max) + ε)`` (``max``: see below).
+  ``W`` [M, D] is made of orthogonal ``D×D`` blocks (QR of Gaussians) whose row norms are chi(D)
+  (``feature_norms="chi"``, upstream ``ortho_scaling=0``) or ``√D`` (``"sqrt_d"``, ``ortho_scaling=1``);
+  ``orthogonal=False`` gives iid Gaussian rows. Default M = ``nb_features`` = 256.
 - ``kernel="relu"`` — the generalized kernel LRA actually ran for Text/Retrieval/Image/Pathfinder:
   ``φ(x) = relu(x) + kernel_epsilon`` (1e-3), deterministic, no random features, no temperature.
 

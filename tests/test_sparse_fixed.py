@@ -27,7 +27,8 @@ def test_matches_dense_reference_under_closed_form_mask(x64, length, overrides):
   q, k, v = random_qkv(0, 2, length, 2, 4, 3, dtype=jnp.float64)
   mask = padded_mask(2, length, 8)
   out = run_core(create("sparse_fixed", **overrides), q, k, v, mask)
-  block_len, summary = sparse_fixed.pattern_sizes(length, overrides.get("block_len"), overrides.get("summary"))
+  block_len, summary = sparse_fixed.pattern_sizes(length, overrides.get("block_len"),
+                                                  overrides.get("summary"))
   allowed = (closed_form_mask(length, block_len, summary, overrides.get("first_column", False))
              & key_and_causal_mask(mask, overrides.get("causal", False)))
   np.testing.assert_allclose(np.asarray(out)[mask], dense_masked_attention(q, k, v, allowed)[mask],
