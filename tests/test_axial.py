@@ -31,8 +31,6 @@ def dense_axial(q, k, v, mask, causal, mode, width):
     ("union", False, None),   # 37 -> 7 columns x 6 rows, last row partial
     ("union", True, None),
     ("union", False, 5),      # configured width (images)
-    ("row", False, None),
-    ("column", True, None),
     ("alternating", False, None),
     ("alternating", True, None),
     ("parallel", False, None),

@@ -22,7 +22,6 @@ def closed_form_mask(length, size, rand):
 @pytest.mark.parametrize("length, block_size, causal", [
     (37, None, False),  # derived block size 5: 8 blocks, last one partial
     (37, None, True),
-    (80, 8, False),     # 10 blocks
     (22, 5, False),     # 5 blocks: rows with fewer than r candidates
     (16, 8, True),      # 2 blocks: all global
 ])

@@ -131,8 +131,7 @@ def test_dropout_drops_whole_keys_unbiased(causal):
   assert np.all(kept | dropped) and kept.any() and dropped.any()
 
 
-@pytest.mark.parametrize("kernel", ["softmax", "relu"])
-def test_bfloat16_inputs_stay_finite(kernel):
+def test_bfloat16_inputs_stay_finite():
   q, k, v = random_qkv(5, 2, 40, 2, 16, 8, dtype=jnp.bfloat16, scale=4.0)
-  out = run_core(create("performer", kernel=kernel), q, k, v, padded_mask(2, 40, 7))
+  out = run_core(create("performer"), q, k, v, padded_mask(2, 40, 7))
   assert out.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(out, np.float32)))

@@ -19,7 +19,6 @@ def closed_form_mask(length, block_len, summary, first_column=False):
 
 @pytest.mark.parametrize("length, overrides", [
     (37, {}),                                                  # derived l = 7, c = 1; last block partial
-    (37, {"causal": True}),
     (45, {"block_len": 9, "summary": 3, "first_column": True}),
     (45, {"block_len": 9, "summary": 3, "first_column": True, "causal": True}),  # LRA-style causal
 ])
