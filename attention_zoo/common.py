@@ -70,3 +70,15 @@ def pad_axis(x: jax.Array, multiple: int, axis: int = 1, value=0) -> jax.Array:
 def causal_allowed(num_queries: int, num_keys: int) -> jax.Array:
   """bool [Q, K]: key j is visible from query i iff j <= i."""
   return jnp.arange(num_keys)[None, :] <= jnp.arange(num_queries)[:, None]
+
+
+def module_path_hash(module: nn.Module) -> int:
+  """Stable non-negative 31-bit hash of the module path (e.g. ``"encoder/layer_3/attention"``).
+
+  Cores that draw a fixed random pattern from a config ``seed`` (Performer features, BigBird random
+  blocks) fold this in, so every layer gets its own pattern, identical across runs and processes
+  (``zlib.crc32``, not Python's randomized ``hash``). A top-level core has path ``()`` and hash 0.
+  """
+  import zlib  # local import: this helper is appended for an easy merge with parallel work
+
+  return zlib.crc32("/".join(module.path).encode()) & 0x7FFFFFFF

@@ -1,0 +1,227 @@
+"""Performer: kernelized linear attention (Choromanski et al. 2021). O(L·M·(D + V)) time and memory.
+
+Axis legend: ``B`` batch, ``L`` length (``Q`` queries / ``K`` keys inside a causal chunk), ``H`` heads,
+``D`` query/key head dim, ``V`` value dim, ``M`` features, ``N`` causal chunks, ``C`` chunk length.
+
+Attention is ``out_i = Σ_j φ(q_i)·φ(k_j) v_j / Σ_j φ(q_i)·φ(k_j)`` and is computed without the L×L
+matrix: ``φ(Q) (φ(K)ᵀ V)`` (bidirectional) or chunked prefix sums (causal). Two kernels:
+
+- ``kernel="softmax"`` — FAVOR+ positive orthogonal random features estimating ``exp(q·k/√D)``:
+  ``x̃ = x·D^{-1/4}``, ``φ(x) = M^{-1/2}(exp(x̃Wᵀ − ||x̃||²/2 − max) + ε)`` (``max``: see below).
+  ``W`` [M, D] is made of orthogonal ``D×D`` blocks (QR of Gaussians) whose row norms are chi(D)
+  (``feature_norms="chi"``, upstream ``ortho_scaling=0``) or ``√D`` (``"sqrt_d"``, ``ortho_scaling=1``);
+  ``orthogonal=False`` gives iid Gaussian rows. Default M = ``nb_features`` = 256.
+- ``kernel="relu"`` — the generalized kernel LRA actually ran for Text/Retrieval/Image/Pathfinder:
+  ``φ(x) = relu(x) + kernel_epsilon`` (1e-3), deterministic, no random features, no temperature.
+
+Differences from the reference code (google-research ``fast_attention.py`` / the LRA fork):
+
+- **Padding is masked**: padded keys get zero features, so they get exactly zero weight (upstream ignored
+  the mask). The key stabilizer (the subtracted maximum) is taken over real keys only, so padded
+  contents cannot change real outputs.
+- Stabilizers: queries subtract their own max over features of ``x̃Wᵀ − ||x̃||²/2``, keys one max over
+  (real keys, features) per batch and head (upstream: max of ``x̃Wᵀ`` only). Both cancel in the ratio
+  apart from the ``ε = numerical_stabilizer`` term. The denominator is used as is (it is > 0 since all
+  features are positive) and only an empty denominator (no real key) is replaced by 1, instead of
+  upstream's ``R + 2δ·1[|R| ≤ δ]``.
+- **Redraw** (``redraw``): ``"every_call"`` (upstream default) draws ``W`` from the flax ``"attention"``
+  RNG stream on every call; when that stream is absent (e.g. evaluation without it) it falls back to the
+  fixed matrix. ``"fixed"`` draws ``W`` once from ``key(seed)`` folded with a hash of the module path:
+  identical across runs and between train and eval, different per layer, shared by batch and heads.
+  Upstream seeded redraws with ``ceil(sum(query)·1e7)`` (data-dependent) instead.
+- **Dropout** (upstream had none): there is no probability matrix, so ``dropout_rate`` drops whole keys
+  from the numerator only (each (batch, key, head) kept with prob ``1−p`` and scaled by ``1/(1−p)``;
+  the denominator keeps every key). In the effective matrix this is exactly attention dropout whose
+  mask is shared by all queries: ``P_drop[i, j] = P[i, j]·keep_j/(1−p)``, unbiased like ``nn.Dropout``.
+- **Causal** uses chunked prefix sums instead of a per-position ``lax.scan``: quadratic inside chunks of
+  ``causal_chunk`` positions, and an exclusive cumulative sum of per-chunk ``φ(K)ᵀV`` states
+  [B, N, H, M, V] across chunks (memory L/C·M·V, not L·M·V).
+
+The projection is sown to ``intermediates/projection`` (apply with ``mutable=["intermediates"]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from attention_zoo import common
+from attention_zoo.registry import AttentionConfig, register_attention
+
+
+@dataclasses.dataclass(frozen=True)
+class PerformerConfig(AttentionConfig):
+  """Performer options (defaults: FAVOR+ softmax, 256 orthogonal features, redrawn every call).
+
+  Attributes:
+    kernel: ``"softmax"`` (FAVOR+ random features) or ``"relu"`` (LRA's generalized kernel).
+    nb_features: M, the number of random features (softmax kernel only).
+    orthogonal: orthogonal blocks (True) or iid Gaussian rows (False).
+    feature_norms: ``"chi"`` (row norms ~ chi(D), upstream ``ortho_scaling=0``) or ``"sqrt_d"``.
+    redraw: ``"every_call"`` (``"attention"`` RNG stream, falling back to the fixed draw) or ``"fixed"``.
+    seed: seed of the fixed draw (folded with the module path, so layers differ).
+    numerical_stabilizer: ε added to softmax features (upstream LRA value 1e-6).
+    kernel_epsilon: added to relu features (upstream 1e-3).
+    causal_chunk: chunk length C of the causal prefix sums.
+  """
+
+  kernel: str = "softmax"
+  nb_features: int = 256
+  orthogonal: bool = True
+  feature_norms: str = "chi"
+  redraw: str = "every_call"
+  seed: int = 0
+  numerical_stabilizer: float = 1e-6
+  kernel_epsilon: float = 1e-3
+  causal_chunk: int = 64
+
+  def __post_init__(self):
+    for field, allowed in (("kernel", ("softmax", "relu")), ("feature_norms", ("chi", "sqrt_d")),
+                           ("redraw", ("every_call", "fixed"))):
+      if getattr(self, field) not in allowed:
+        raise ValueError(f"performer {field} must be one of {allowed}, got {getattr(self, field)!r}")
+    if self.nb_features < 1 or self.causal_chunk < 1:
+      raise ValueError("performer nb_features and causal_chunk must be >= 1")
+
+
+def draw_projection(key: jax.Array, num_features: int, dim: int, *, orthogonal: bool = True,
+                    feature_norms: str = "chi", dtype=jnp.float32) -> jax.Array:
+  """Random projection W [M, D].
+
+  Orthogonal: ``ceil(M/D)`` blocks, each the transposed Q of the QR of a fresh D×D Gaussian (rows
+  orthonormal within a block), stacked and cut to M rows, then row ``m`` scaled by the norm of row ``m``
+  of an independent M×D Gaussian (chi(D), so each row is marginally N(0, I)) or by ``√D``.
+  """
+  norm_key, block_key = jax.random.split(key)
+  if not orthogonal:
+    return jax.random.normal(block_key, (num_features, dim), dtype)
+  num_blocks = -(-num_features // dim)
+  gaussians = jax.random.normal(block_key, (num_blocks, dim, dim), dtype)
+  q_factors, _ = jnp.linalg.qr(gaussians)                                    # columns orthonormal
+  rows = jnp.swapaxes(q_factors, -1, -2).reshape(num_blocks * dim, dim)[:num_features]
+  if feature_norms == "chi":
+    norms = jnp.linalg.norm(jax.random.normal(norm_key, (num_features, dim), dtype), axis=-1)
+  else:
+    norms = jnp.full((num_features,), math.sqrt(dim), dtype)
+  return rows * norms[:, None]
+
+
+def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
+                     mask: jax.Array | None = None, stabilizer: float = 1e-6) -> jax.Array:
+  """FAVOR+ features φ(x) [B, L, H, M] (float32 or wider) of ``x`` [B, L, H, D]; W [M, D].
+
+  Keys (``is_query=False``) need ``mask`` bool [B, L]: padded keys get all-zero features and do not
+  enter the stabilizing maximum.
+  """
+  dtype = common.accum_dtype(x, projection)
+  x = x.astype(dtype) * x.shape[-1] ** -0.25
+  z = jnp.einsum("blhd,md->blhm", x, projection.astype(dtype))
+  z = z - 0.5 * jnp.sum(x * x, axis=-1, keepdims=True)
+  scale = projection.shape[0] ** -0.5
+  if is_query:
+    peak = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))         # [B, L, H, 1]
+    return scale * (jnp.exp(z - peak) + stabilizer)
+  real = mask[:, :, None, None]
+  peak = jnp.max(jnp.where(real, z, common.NEG_INF), axis=(1, 3), keepdims=True)  # [B, 1, H, 1]
+  peak = jax.lax.stop_gradient(jnp.where(peak > 0.5 * common.NEG_INF, peak, 0.0))
+  z = jnp.where(real, z - peak, -jnp.inf)                                   # padded keys: exp -> 0
+  return scale * (jnp.exp(z) + stabilizer) * real
+
+
+def relu_features(x: jax.Array, *, epsilon: float = 1e-3, mask: jax.Array | None = None) -> jax.Array:
+  """Generalized ReLU features ``relu(x) + ε`` [B, L, H, D] (float32 or wider); zero on padded keys."""
+  features = jax.nn.relu(x.astype(common.accum_dtype(x))) + epsilon
+  return features if mask is None else features * mask[:, :, None, None]
+
+
+def linear_attention(q_features: jax.Array, k_features: jax.Array, value: jax.Array,
+                     keep: jax.Array | None = None) -> jax.Array:
+  """Bidirectional ``φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1)``: features [B, L, H, M], value [B, L, H, V].
+
+  ``keep`` [B, L, H] (optional) scales keys in the numerator only (key dropout).
+  """
+  k_num = k_features if keep is None else k_features * keep[..., None]
+  kv = jnp.einsum("blhm,blhv->bhmv", k_num, value)                          # [B, H, M, V]
+  numerator = jnp.einsum("blhm,bhmv->blhv", q_features, kv)
+  denominator = jnp.einsum("blhm,bhm->blh", q_features, jnp.sum(k_features, axis=1))
+  return numerator / jnp.where(denominator > 0, denominator, 1.0)[..., None]
+
+
+def causal_linear_attention(q_features: jax.Array, k_features: jax.Array, value: jax.Array,
+                            keep: jax.Array | None = None, chunk: int = 64) -> jax.Array:
+  """Causal ``Σ_{j≤i}`` form of :func:`linear_attention` with chunked prefix sums.
+
+  Inside a chunk of C positions: the masked C×C products; across chunks: exclusive cumulative sums of
+  the per-chunk states φ(K)ᵀV [B, N, H, M, V] and φ(K)ᵀ1 [B, N, H, M].
+  """
+  length = q_features.shape[1]
+  chunk = min(chunk, length)
+  if keep is None:
+    keep = jnp.ones(k_features.shape[:3], k_features.dtype)
+  qf, kf, v, kp = (common.pad_axis(x, chunk, axis=1) for x in (q_features, k_features, value, keep))
+  qf, kf, v, kp = (x.reshape(x.shape[0], -1, chunk, *x.shape[2:]) for x in (qf, kf, v, kp))
+  kn = kf * kp[..., None]                                                    # numerator keys
+  # Within each chunk.
+  scores = jnp.einsum("bnqhm,bnkhm->bnhqk", qf, kf)                          # [B, N, H, C, C]
+  scores = jnp.where(common.causal_allowed(chunk, chunk), scores, 0.0)
+  num_scores = scores * jnp.einsum("bnkh->bnhk", kp)[:, :, :, None, :]
+  numerator = jnp.einsum("bnhqk,bnkhv->bnqhv", num_scores, v)
+  denominator = jnp.einsum("bnhqk->bnqh", scores)
+  # From earlier chunks (exclusive prefix over N).
+  def exclusive_cumsum(x):
+    return jnp.concatenate([jnp.zeros_like(x[:, :1]), jnp.cumsum(x, axis=1)[:, :-1]], axis=1)
+
+  prefix_kv = exclusive_cumsum(jnp.einsum("bnkhm,bnkhv->bnhmv", kn, v))      # [B, N, H, M, V]
+  prefix_k = exclusive_cumsum(jnp.einsum("bnkhm->bnhm", kf))                 # [B, N, H, M]
+  numerator = numerator + jnp.einsum("bnqhm,bnhmv->bnqhv", qf, prefix_kv)
+  denominator = denominator + jnp.einsum("bnqhm,bnhm->bnqh", qf, prefix_k)
+  out = numerator / jnp.where(denominator > 0, denominator, 1.0)[..., None]
+  return out.reshape(out.shape[0], -1, *out.shape[3:])[:, :length]
+
+
+@register_attention("performer", PerformerConfig)
+class PerformerAttention(nn.Module):
+  """FAVOR+ (or generalized ReLU) linear attention; see the module docstring for every choice."""
+
+  config: PerformerConfig
+
+  def projection(self, dim: int, dtype) -> jax.Array:
+    """W [M, D]: redrawn from the ``"attention"`` stream, or the fixed per-layer draw."""
+    cfg = self.config
+    if cfg.redraw == "every_call" and self.has_rng("attention"):
+      key = self.make_rng("attention")
+    else:
+      key = jax.random.fold_in(jax.random.key(cfg.seed), common.module_path_hash(self))
+    return draw_projection(key, cfg.nb_features, dim, orthogonal=cfg.orthogonal,
+                           feature_norms=cfg.feature_norms, dtype=dtype)
+
+  @nn.compact
+  def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,
+               mask: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
+    """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
+    cfg = self.config
+    batch, length, heads, dim = query.shape
+    mask = common.default_mask(mask, batch, length)
+    if cfg.kernel == "softmax":
+      projection = self.projection(dim, common.accum_dtype(query, key))
+      self.sow("intermediates", "projection", projection)
+      q_features = softmax_features(query, projection, is_query=True, stabilizer=cfg.numerical_stabilizer)
+      k_features = softmax_features(key, projection, is_query=False, mask=mask,
+                                    stabilizer=cfg.numerical_stabilizer)
+    else:
+      q_features = relu_features(query, epsilon=cfg.kernel_epsilon)
+      k_features = relu_features(key, epsilon=cfg.kernel_epsilon, mask=mask)
+    keep = None
+    if cfg.dropout_rate > 0.0 and not deterministic:
+      keep = common.apply_dropout(jnp.ones((batch, length, heads), q_features.dtype),
+                                  cfg.dropout_rate, deterministic)
+    value_acc = value.astype(q_features.dtype)
+    if cfg.causal:
+      out = causal_linear_attention(q_features, k_features, value_acc, keep, cfg.causal_chunk)
+    else:
+      out = linear_attention(q_features, k_features, value_acc, keep)
+    return out.astype(value.dtype)

@@ -1,0 +1,59 @@
+"""Sparse-Fixed: gathers equal dense attention under the closed-form "fixed" mask (bidirectional, causal,
+LRA's extra column), summary columns are counted once, and the default sizes follow the length."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attention_zoo import sparse_fixed
+from tests.attention_probe import create, effective_matrix, random_qkv
+from tests.dense_reference import dense_masked_attention, key_and_causal_mask, padded_mask, run_core
+
+
+def closed_form_mask(length, block_len, summary, first_column=False):
+  """bool [L, L]: same block, or key column j mod l ≥ l − c (or j mod l = 0 with first_column)."""
+  i, j = np.arange(length)[:, None], np.arange(length)[None, :]
+  allowed = (i // block_len == j // block_len) | (j % block_len >= block_len - summary)
+  return allowed | ((j % block_len == 0) if first_column else False)
+
+
+@pytest.mark.parametrize("length, overrides", [
+    (37, {}),                                                  # derived l = 7, c = 1; last block partial
+    (45, {"block_len": 9, "summary": 3, "first_column": True}),
+    (45, {"block_len": 9, "summary": 3, "first_column": True, "causal": True}),  # LRA-style causal
+])
+def test_matches_dense_reference_under_closed_form_mask(x64, length, overrides):
+  q, k, v = random_qkv(0, 2, length, 2, 4, 3, dtype=jnp.float64)
+  mask = padded_mask(2, length, 8)
+  out = run_core(create("sparse_fixed", **overrides), q, k, v, mask)
+  block_len, summary = sparse_fixed.pattern_sizes(length, overrides.get("block_len"),
+                                                  overrides.get("summary"))
+  allowed = (closed_form_mask(length, block_len, summary, overrides.get("first_column", False))
+             & key_and_causal_mask(mask, overrides.get("causal", False)))
+  np.testing.assert_allclose(np.asarray(out)[mask], dense_masked_attention(q, k, v, allowed)[mask],
+                             rtol=1e-10, atol=1e-12)
+
+
+def test_each_key_counted_once(x64):
+  """With q = k = 0 the effective matrix is uniform over the support, so a key counted twice in the
+  own-block and summary parts would get twice the weight of the others."""
+  length, block_len, summary = 24, 6, 2
+  zeros = jnp.zeros((1, length, 1, 4), jnp.float64)
+  p = effective_matrix(create("sparse_fixed", block_len=block_len, summary=summary), zeros, zeros)[0]
+  support = closed_form_mask(length, block_len, summary)
+  assert np.all(support.sum(-1) == block_len + summary * (length // block_len - 1))
+  np.testing.assert_allclose(p, support / support.sum(-1, keepdims=True), rtol=1e-12, atol=1e-15)
+
+
+def test_default_sizes_follow_the_length():
+  assert sparse_fixed.pattern_sizes(16) == (4, 1)
+  assert sparse_fixed.pattern_sizes(1024) == (32, 8)
+  assert sparse_fixed.pattern_sizes(4096) == (64, 8)
+  assert sparse_fixed.pattern_sizes(1000, 50, 10) == (50, 10)  # LRA's l, c
+  np.testing.assert_array_equal(sparse_fixed.summary_offsets(5, 2, True), [0, 3, 4])
+
+
+def test_bfloat16_inputs_stay_finite():
+  q, k, v = random_qkv(5, 2, 40, 2, 16, 8, dtype=jnp.bfloat16, scale=4.0)
+  out = run_core(create("sparse_fixed"), q, k, v, padded_mask(2, 40, 7))
+  assert out.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(out, np.float32)))
