@@ -2,7 +2,8 @@
 
 Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``V`` value dim,
 grid rows ``R`` = n (query row ``r``, other row ``z``), grid columns ``C`` = m (query column ``c``,
-other column ``t``). Position ``i = r m + c`` (row-major); m = ``width`` or ceil(sqrt(L)); the grid is
+other column ``t``), ``E`` stacked key families (own row/column, then the span summaries before/after
+the query). Position ``i = r m + c`` (row-major); m = ``width`` or ceil(sqrt(L)); the grid is
 padded to n m and the padding masked.
 
 For the query at ``(r, c)`` the direct set is the axial union: its whole row plus its column (self
@@ -10,12 +11,12 @@ once). Causal: the row up to ``c`` and the column strictly above ``r``. The rest
 
 - ``vertical``: for every other column ``t != c``, the part of column ``t`` ABOVE row ``r`` and (not
   causal) the part BELOW row ``r``: 2m span logits. Their summaries are exclusive prefix / suffix pools
-  down each column (cummax-style), so each costs O(L).
+  down each column (cummax-style), shared by all queries of a row.
 - ``horizontal``: for every other row ``z != r`` (causal: ``z < r``), the part of row ``z`` LEFT of
   column ``c`` and the part RIGHT of it: 2n span logits, pooled along rows.
-- ``both`` (Combiner-Mixture): ``mixture="joint"`` (default, as the released code) puts the direct set and
-  both span families in ONE softmax, so each off-axis key is covered twice; ``mixture="average"`` is the
-  equal-weight mixture of the separately normalized vertical and horizontal attentions.
+- ``both`` (Combiner-Mixture): ``mixture="joint"`` (default, as the released code) puts the direct set
+  and both span families in ONE softmax, so each off-axis key is covered twice; ``mixture="average"``
+  is the equal-weight mixture of the separately normalized vertical and horizontal attentions.
 
 Vertical and horizontal are exact partitions of all keys (causal: of ``j <= i``). Unlike the released
 bidirectional TF mixture, self is counted once, the own row/column are not re-covered by spans, empty
@@ -118,7 +119,8 @@ def _axial(query, key, value, mask, fq, fk, rng, *, width, spans, mixture, causa
     row_allowed = valid[:, :, None, None, :]                                # [B, R, 1, 1, T]
     if causal:
       row_allowed = row_allowed & common.causal_allowed(cols, cols)[None, None, :, None, :]
-    keys, values, allowed = [k], [v], [jnp.broadcast_to(row_allowed, row_allowed.shape[:2] + (cols, 1, cols))]
+    row_allowed = jnp.broadcast_to(row_allowed, row_allowed.shape[:2] + (cols, 1, cols))
+    keys, values, allowed = [k], [v], [row_allowed]
     if with_spans:  # other columns t != c, above (and below) the query row: exclusive column scans
       q_hat, _ = _stacked_scan(fq, valid, 1, kind, both)                    # [E, B, R, T, H, D]
       k_hat, nonempty = _stacked_scan(fk, valid, 1, kind, both)             # [E, B, R, T]
@@ -128,7 +130,8 @@ def _axial(query, key, value, mask, fq, fk, rng, *, width, spans, mixture, causa
           "ebrthd,bzthd->ebrthz", "ebrthz,bzthv->ebrthv")
       keys.extend(k_hat)
       values.extend(v_hat)
-      allowed.extend(nonempty[:, :, :, None, None, :] & _order(cols, False, None)[None, None, None, :, None, :])
+      other_cols = _order(cols, False, None)[None, None, None, :, None, :]   # t != c
+      allowed.extend(nonempty[:, :, :, None, None, :] & other_cols)
     return jnp.stack(keys), jnp.stack(values), jnp.stack(allowed)
 
   def column_family(with_spans):

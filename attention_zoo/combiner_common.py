@@ -80,7 +80,7 @@ def pool(x: jax.Array, valid: jax.Array, axis: int, kind: str) -> tuple[jax.Arra
 
 
 def _expand(flag: jax.Array, x: jax.Array, dropped_axis: int | None = None) -> jax.Array:
-  """Appends trailing unit axes so ``flag`` (leading axes of ``x``, minus ``dropped_axis``) broadcasts."""
+  """Appends unit axes so ``flag`` (leading axes of ``x``, minus ``dropped_axis``) broadcasts."""
   ndim = x.ndim - (dropped_axis is not None)
   return flag.reshape(flag.shape + (1,) * (ndim - flag.ndim))
 
@@ -96,8 +96,8 @@ def _shift(x: jax.Array, axis: int, reverse: bool, fill) -> jax.Array:
 
 def exclusive_scan_pool(x: jax.Array, valid: jax.Array, axis: int, kind: str,
                         reverse: bool = False) -> tuple[jax.Array, jax.Array]:
-  """Prefix summaries: entry ``t`` pools ``x`` over the valid positions strictly before ``t`` along ``axis``
-  (strictly after ``t`` when ``reverse``). Same conventions as :func:`pool`, but ``axis`` is kept:
+  """Prefix summaries: entry ``t`` pools ``x`` over the valid positions strictly before ``t`` along
+  ``axis`` (strictly after ``t`` when ``reverse``). Same conventions as :func:`pool`, but ``axis`` is kept:
   returns summaries shaped like ``x`` and ``nonempty`` shaped like ``valid``.
 
   A cumulative max or sum/count, shifted by one. The max is a full-width ``reduce_window`` (what
@@ -126,7 +126,8 @@ def span_values(q_hat: jax.Array, key: jax.Array, value: jax.Array, allowed: jax
                 logits_spec: str, out_spec: str) -> jax.Array:
   """``v^ = softmax(q^.k / sqrt(D), restricted to allowed) @ v`` with the two einsum specs given.
 
-  The softmax runs over the last axis of ``einsum(logits_spec, q_hat, key)``; ``allowed`` broadcasts to it.
+  The softmax runs over the last axis of ``einsum(logits_spec, q_hat, key)``; ``allowed`` broadcasts
+  to it.
   """
   probs = common.masked_softmax(common.dot_logits(q_hat, key, logits_spec), allowed)
   return jnp.einsum(out_spec, probs.astype(value.dtype), value)
@@ -140,7 +141,7 @@ def dropout_rng(module: nn.Module, rate: float, deterministic: bool) -> jax.Arra
 
 
 def dropout(probs: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
-  """Inverted dropout (as ``flax.linen.Dropout``) on attention probabilities; identity if ``rng`` is None."""
+  """Inverted dropout (as ``flax.linen.Dropout``) on attention probabilities; no-op if ``rng`` is None."""
   if rng is None or rate <= 0.0:
     return probs
   if rate >= 1.0:
@@ -196,7 +197,7 @@ def block_combiner(qb: jax.Array, kb: jax.Array, vb: jax.Array, valid: jax.Array
   if c:
     ks, vs, ms = kb[:, :, size - c:], vb[:, :, size - c:], valid[:, :, size - c:]
     col_logits = common.dot_logits(qb, ks, "bnshd,bzchd->bnshzc")
-    col_allowed = ms[:, None, None, None, :, :] & others[..., None]                   # [B, N, 1, 1, Z, C]
+    col_allowed = ms[:, None, None, None, :, :] & others[..., None]     # [B, N, 1, 1, Z, C]
     parts.append((col_logits.reshape(*col_logits.shape[:4], -1),
                   col_allowed.reshape(*col_allowed.shape[:4], -1)))
 

@@ -33,8 +33,10 @@ from attention_zoo.registry import AttentionConfig, register_attention
 class CombinerFixedConfig(AttentionConfig):
   """Attributes:
     block_size: S; ``None`` = ceil(sqrt(L)).
-    num_summary: C, the trailing positions of each block kept as direct "summary" keys (``direct="sparse"``).
-    direct: ``"sparse"`` (Sparse-Fixed support direct) or ``"block"`` (own block only, as the released code).
+    num_summary: C, the trailing positions of each block kept as direct "summary" keys
+      (``direct="sparse"``).
+    direct: ``"sparse"`` (Sparse-Fixed support direct) or ``"block"`` (own block only, as the released
+      code).
     abstraction: span pooling, one of ``combiner_common.ABSTRACTIONS``.
   """
 
