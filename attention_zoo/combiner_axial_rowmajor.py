@@ -1,0 +1,118 @@
+"""Combiner-Axial row-major (Ren et al., 2021; the released ``axial_rowmajor``) on an n x m grid.
+
+Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``V`` value dim,
+grid rows ``R`` = n (query row ``r``, other row ``z``), grid columns ``C`` = m (query column ``c``, key
+column ``t``). Position ``i = r m + c``; m = ``width`` or ceil(sqrt(L)); padding masked.
+
+For the query at ``(r, c)``: direct = its whole row (causal: ``t <= c``); spans = every other row ``z``
+(causal: ``z < r``), an exact partition. The span "row ``z`` as seen from column ``c``" has a per-column
+summary, as the released code: its local distribution is the row attention of the query at ``(z, c)``,
+
+    a[z, c, t] = softmax_t(q[z, c] . k[z, t] / sqrt(D)),    v^[z, c] = sum_t a[z, c, t] v[z, t],
+
+(if ``(z, c)`` is padding, its query is replaced by the max-pooled query of row ``z``), and its summary
+key ``k^[z, c]`` is, by ``row_summary``:
+
+- ``"proj"`` (default): ``w + w W`` with ``w = sum_t a[z, c, t] k[z, t]`` and a learned D x D ``W``
+  (shared by heads, zero-initialised so training starts from ``"wsum"``). The released code projects the
+  row OUTPUT (values) instead; that would make the core non-linear in ``value`` and break the
+  effective-matrix probe of CONTRACT 1, so the projection acts on the attention-weighted keys.
+- ``"wsum"``: ``w`` itself.
+- ``"pool"``: the row's pooled keys (``abstraction``), the same for every column.
+
+Unlike the released bidirectional code, the own row's summary is masked (no double count). Cost
+O(L (m + n) D).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attention_zoo import blocks, combiner_common, common
+from attention_zoo.registry import AttentionConfig, register_attention
+
+
+@dataclasses.dataclass(frozen=True)
+class CombinerRowmajorConfig(AttentionConfig):
+  """Attributes:
+    width: grid columns m (e.g. the image width); ``None`` = ceil(sqrt(L)).
+    row_summary: ``"proj"``, ``"wsum"`` or ``"pool"`` (summary key of a row span, see module docstring).
+    abstraction: key pooling for ``row_summary="pool"``, one of ``combiner_common.ABSTRACTIONS``.
+  """
+
+  width: int | None = None
+  row_summary: str = "proj"
+  abstraction: str = "max"
+
+
+@register_attention("combiner_axial_rowmajor", CombinerRowmajorConfig)
+class CombinerRowmajorAttention(nn.Module):
+  """Combiner-Axial row-major core."""
+
+  config: CombinerRowmajorConfig
+
+  @nn.compact
+  def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,
+               mask: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
+    """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
+    cfg = self.config
+    if cfg.row_summary not in ("proj", "wsum", "pool"):
+      raise ValueError(f"row_summary must be 'proj', 'wsum' or 'pool', got {cfg.row_summary!r}")
+    batch, length = query.shape[:2]
+    mask = common.default_mask(mask, batch, length)
+    proj = None
+    if cfg.row_summary == "proj":  # [D, D], shared by heads; zero init: starts as "wsum"
+      proj = self.param("summary_proj", nn.initializers.zeros, (key.shape[-1], key.shape[-1]))
+    fk = None
+    if cfg.row_summary == "pool":
+      fk = combiner_common.AbstractionFeatures(cfg.abstraction, name="key_abstraction")(key)
+    return _rowmajor(query, key, value, mask, fk, proj,
+                     combiner_common.dropout_rng(self, cfg.dropout_rate, deterministic),
+                     width=cfg.width, causal=cfg.causal,
+                     kind=combiner_common.pool_kind(cfg.abstraction), dropout_rate=cfg.dropout_rate)
+
+
+@functools.partial(jax.jit, static_argnames=("width", "causal", "kind", "dropout_rate"))
+def _rowmajor(query, key, value, mask, fk, proj, rng, *, width, causal, kind, dropout_rate):
+  """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L]; fk: key abstraction features
+  ([B, L, H, D], ``row_summary="pool"``) or None; proj: [D, D] (``"proj"``) or None."""
+  length = query.shape[1]
+  rows, cols = blocks.grid_shape(length, width)
+  grid = lambda x, fill=0: blocks.to_blocks(common.pad_axis(x, cols, 1, fill), cols)  # [B, R, C, ...]
+  q, k, v, valid = grid(query), grid(key), grid(value), grid(mask, False)
+  dtype = v.dtype
+
+  # Padded positions take their row's max-pooled query, so span summaries never read padding.
+  row_query, row_nonempty = combiner_common.pool(q, valid, 2, "max")        # [B, R, H, D], [B, R]
+  q = jnp.where(valid[..., None, None], q, row_query[:, :, None])
+
+  # Row attention of every position: the direct logits and, for other rows, the span distributions.
+  row_logits = common.dot_logits(q, k, "brchd,brthd->brcht")                 # [B, R, C, H, T]
+  row_probs = common.masked_softmax(row_logits, valid[:, :, None, None, :])
+  v_hat = jnp.einsum("bzcht,bzthv->bzchv", row_probs.astype(dtype), v)        # [B, Z, C, H, V]
+  if fk is not None:
+    k_row, _ = combiner_common.pool(grid(fk), valid, 2, kind)                  # [B, Z, H, D]
+    k_hat = jnp.broadcast_to(k_row[:, :, None], k.shape)                      # [B, Z, C, H, D]
+  else:
+    k_hat = jnp.einsum("bzcht,bzthd->bzchd", row_probs.astype(k.dtype), k)
+    if proj is not None:
+      k_hat = k_hat + jnp.einsum("bzchd,de->bzche", k_hat, proj.astype(k_hat.dtype))
+
+  row_allowed = valid[:, :, None, None, :]                                    # [B, R, 1, 1, T]
+  if causal:
+    row_allowed = row_allowed & common.causal_allowed(cols, cols)[None, None, :, None, :]
+  z, r = np.arange(rows)[None, :], np.arange(rows)[:, None]
+  other_rows = jnp.asarray(z < r if causal else z != r)                       # [R, Z]
+  span_allowed = row_nonempty[:, None, None, None, :] & other_rows[None, :, None, None, :]
+  probs = combiner_common.joint_softmax(
+      [(row_logits, row_allowed),
+       (common.dot_logits(q, k_hat, "brchd,bzchd->brchz"), span_allowed)], dropout_rate, rng)
+  out = (jnp.einsum("brcht,brthv->brchv", probs[0].astype(dtype), v)
+         + jnp.einsum("brchz,bzchv->brchv", probs[1].astype(dtype), v_hat))
+  return blocks.from_blocks(out)[:, :length]

@@ -1,0 +1,220 @@
+"""Machinery shared by every Combiner core (Ren et al., NeurIPS 2021). Registers nothing.
+
+Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``V`` value dim,
+``N`` blocks (query block ``n``, other block ``z``), ``S`` block size (query offset ``s``, key offset
+``t``), ``C`` Sparse-Fixed summary positions per block.
+
+Every Combiner core computes, for each query ``i``, ONE softmax over
+
+    [direct logits q_i.k_j / sqrt(D) for j in the direct set]  ++  [q_i.k^_O / sqrt(D) for each span O]
+
+and returns ``sum_direct p_ij v_j + sum_O p_iO v^_O``. The span value ``v^_O = sum_{j in O}
+softmax_j(q^_O.k_j / sqrt(D)) v_j`` is computed once per span and shared by every query using it. The
+span summaries ``q^_O, k^_O`` pool the span's queries/keys; ``abstraction`` picks the pooling:
+
+    "max"            element-wise max (the paper's default and the released code's)
+    "mean"           mean
+    "deepsets_max"   max of ReLU(W x)  (learned W: D x D, no bias, shared by heads; one W for queries,
+    "deepsets_mean"  mean of ReLU(W x)  one for keys)
+
+The math lives in pure functions jitted here (static shapes and options), so that even an un-jitted
+``init``/``apply`` compiles one program instead of hundreds of eager ops. Flax only supplies the DeepSets
+features and the ``"dropout"`` RNG key (:func:`dropout_rng`).
+
+Padding is honoured everywhere: padded entries never win a max, are left out of means and of the
+within-span softmax; an empty (or fully padded) span gets a zero summary and its logit is masked.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attention_zoo import common
+
+ABSTRACTIONS = ("max", "mean", "deepsets_max", "deepsets_mean")
+
+
+def pool_kind(abstraction: str) -> str:
+  """"max" or "mean": the pooling an ``abstraction`` ends with (ValueError on an unknown name)."""
+  if abstraction not in ABSTRACTIONS:
+    raise ValueError(f"unknown span abstraction {abstraction!r}; choose one of {ABSTRACTIONS}")
+  return abstraction.rsplit("_", 1)[-1]
+
+
+class AbstractionFeatures(nn.Module):
+  """The per-element map applied before pooling: identity, or DeepSets ``ReLU(W x)`` on the last axis."""
+
+  abstraction: str
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """x: [..., D] -> [..., D] (same dtype)."""
+    pool_kind(self.abstraction)
+    if not self.abstraction.startswith("deepsets"):
+      return x
+    return nn.relu(nn.Dense(x.shape[-1], use_bias=False, name="phi")(x)).astype(x.dtype)
+
+
+def pool(x: jax.Array, valid: jax.Array, axis: int, kind: str) -> tuple[jax.Array, jax.Array]:
+  """Pools ``x`` [..., D] over ``axis`` using only ``valid`` entries.
+
+  ``valid``: bool with the leading axes of ``x`` (``x.shape[:valid.ndim]``, covering ``axis``).
+  Returns ``(summary, nonempty)``: the summary (``x`` without ``axis``; zeros where nothing is valid) and
+  bool ``nonempty`` (``valid`` without ``axis``).
+  """
+  nonempty = jnp.any(valid, axis)
+  valid, fill = _expand(valid, x), _expand(nonempty, x, axis)
+  if kind == "max":
+    out = jnp.max(jnp.where(valid, x, jnp.finfo(x.dtype).min), axis)
+  else:
+    acc = common.accum_dtype(x)
+    total = jnp.sum(jnp.where(valid, x, 0).astype(acc), axis)
+    out = (total / jnp.maximum(jnp.sum(valid, axis, dtype=acc), 1)).astype(x.dtype)
+  return jnp.where(fill, out, 0), nonempty
+
+
+def _expand(flag: jax.Array, x: jax.Array, dropped_axis: int | None = None) -> jax.Array:
+  """Appends unit axes so ``flag`` (leading axes of ``x``, minus ``dropped_axis``) broadcasts."""
+  ndim = x.ndim - (dropped_axis is not None)
+  return flag.reshape(flag.shape + (1,) * (ndim - flag.ndim))
+
+
+def _shift(x: jax.Array, axis: int, reverse: bool, fill) -> jax.Array:
+  """Shifts ``x`` by one along ``axis`` (towards higher indices, or lower when ``reverse``), filling."""
+  size = x.shape[axis]
+  pad = jnp.full_like(jax.lax.slice_in_dim(x, 0, 1, axis=axis), fill)
+  if reverse:
+    return jnp.concatenate([jax.lax.slice_in_dim(x, 1, size, axis=axis), pad], axis)
+  return jnp.concatenate([pad, jax.lax.slice_in_dim(x, 0, size - 1, axis=axis)], axis)
+
+
+def exclusive_scan_pool(x: jax.Array, valid: jax.Array, axis: int, kind: str,
+                        reverse: bool = False) -> tuple[jax.Array, jax.Array]:
+  """Prefix summaries: entry ``t`` pools ``x`` over the valid positions strictly before ``t`` along
+  ``axis`` (strictly after ``t`` when ``reverse``). Same conventions as :func:`pool`, but ``axis`` is kept:
+  returns summaries shaped like ``x`` and ``nonempty`` shaped like ``valid``.
+
+  A cumulative max or sum/count, shifted by one. The max is a full-width ``reduce_window`` (what
+  ``lax.cummax`` lowers to on CPU/GPU) because its gradient compiles far faster than ``lax.cummax``'s
+  associative-scan JVP; O(size^2) per line, which the Combiner cores pair with O(size^2) span values.
+  """
+  acc = common.accum_dtype(x)
+  count = _shift(jax.lax.cumsum(valid.astype(acc), axis, reverse=reverse), axis, reverse, 0)
+  nonempty = count > 0
+  valid, count, fill = _expand(valid, x), _expand(count, x), _expand(nonempty, x)
+  if kind == "max":
+    low = jnp.finfo(x.dtype).min
+    size, window = x.shape[axis], [1] * x.ndim
+    window[axis], padding = size, [(0, 0)] * x.ndim
+    padding[axis] = (0, size - 1) if reverse else (size - 1, 0)
+    run = jax.lax.reduce_window(jnp.where(valid, x, low), -jnp.inf, jax.lax.max, tuple(window),
+                                (1,) * x.ndim, padding)
+    out = _shift(run, axis, reverse, low)
+  else:
+    run = jax.lax.cumsum(jnp.where(valid, x, 0).astype(acc), axis, reverse=reverse)
+    out = (_shift(run, axis, reverse, 0) / jnp.maximum(count, 1)).astype(x.dtype)
+  return jnp.where(fill, out, 0), nonempty
+
+
+def span_values(q_hat: jax.Array, key: jax.Array, value: jax.Array, allowed: jax.Array,
+                logits_spec: str, out_spec: str) -> jax.Array:
+  """``v^ = softmax(q^.k / sqrt(D), restricted to allowed) @ v`` with the two einsum specs given.
+
+  The softmax runs over the last axis of ``einsum(logits_spec, q_hat, key)``; ``allowed`` broadcasts
+  to it.
+  """
+  probs = common.masked_softmax(common.dot_logits(q_hat, key, logits_spec), allowed)
+  return jnp.einsum(out_spec, probs.astype(value.dtype), value)
+
+
+def dropout_rng(module: nn.Module, rate: float, deterministic: bool) -> jax.Array | None:
+  """The key for attention dropout from the flax ``"dropout"`` stream, or None when dropout is off."""
+  if rate <= 0.0 or deterministic:
+    return None
+  return module.make_rng("dropout")
+
+
+def dropout(probs: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
+  """Inverted dropout (as ``flax.linen.Dropout``) on attention probabilities; no-op if ``rng`` is None."""
+  if rng is None or rate <= 0.0:
+    return probs
+  if rate >= 1.0:
+    return jnp.zeros_like(probs)
+  keep = jax.random.bernoulli(rng, 1.0 - rate, probs.shape)
+  return jnp.where(keep, probs / (1.0 - rate), 0.0)
+
+
+def joint_softmax(parts: Sequence[tuple[jax.Array, jax.Array]], dropout_rate: float,
+                  rng: jax.Array | None) -> list[jax.Array]:
+  """One softmax over the concatenated last axes of ``parts``, then attention dropout, split back.
+
+  parts: ``(logits [..., K_p], allowed broadcastable to logits)`` with equal leading axes.
+  Returns one probability array per part ([..., K_p], float32 or wider).
+  """
+  logits = jnp.concatenate([l.astype(common.accum_dtype(l)) for l, _ in parts], axis=-1)
+  allowed = jnp.concatenate([jnp.broadcast_to(a, l.shape) for l, a in parts], axis=-1)
+  probs = dropout(common.masked_softmax(logits, allowed), dropout_rate, rng)
+  cuts = np.cumsum([l.shape[-1] for l, _ in parts])[:-1]
+  return jnp.split(probs, cuts, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("causal", "num_summary", "kind", "dropout_rate"))
+def block_combiner(qb: jax.Array, kb: jax.Array, vb: jax.Array, valid: jax.Array, fq: jax.Array,
+                   fk: jax.Array, rng: jax.Array | None, *, causal: bool, num_summary: int, kind: str,
+                   dropout_rate: float) -> jax.Array:
+  """Combiner over contiguous blocks (Combiner-Fixed; Combiner-Learnable on the sorted sequence).
+
+  qb, kb: [B, N, S, H, D]; vb: [B, N, S, H, V]; valid: bool [B, N, S] (real tokens); fq, fk: the
+  abstraction features of qb, kb (:class:`AbstractionFeatures`); rng: dropout key or None. With
+  ``C = num_summary`` (the last C offsets of every block are Sparse-Fixed "summary" positions):
+
+    direct(n, s) = own block n (causal: offsets t <= s) + the summary positions of every other block
+                   (causal: earlier blocks)
+    spans(n, s)  = every other block z (causal: z < n) minus its summary positions
+
+  an exact partition of all keys (causal: of keys j <= i). ``C = 0`` is the released code's form (own
+  block direct, every other whole block one span). Returns [B, N, S, H, V].
+  """
+  num_blocks, size = qb.shape[1], qb.shape[2]
+  c = min(num_summary, size)
+  others = ((np.arange(num_blocks)[None, :] < np.arange(num_blocks)[:, None]) if causal
+            else (np.arange(num_blocks)[None, :] != np.arange(num_blocks)[:, None]))   # [N(n), N(z)]
+  others = jnp.asarray(others)[None, :, None, None, :]                                # [1, N, 1, 1, Z]
+
+  # Direct: own block.
+  local_allowed = valid[:, :, None, None, :]                                          # [B, N, 1, 1, T]
+  if causal:
+    local_allowed = local_allowed & common.causal_allowed(size, size)[None, None, :, None, :]
+  parts = [(common.dot_logits(qb, kb, "bnshd,bnthd->bnsht"), local_allowed)]
+
+  # Direct: the summary positions (last C offsets) of the other blocks, flattened to Z*C keys.
+  if c:
+    ks, vs, ms = kb[:, :, size - c:], vb[:, :, size - c:], valid[:, :, size - c:]
+    col_logits = common.dot_logits(qb, ks, "bnshd,bzchd->bnshzc")
+    col_allowed = ms[:, None, None, None, :, :] & others[..., None]     # [B, N, 1, 1, Z, C]
+    parts.append((col_logits.reshape(*col_logits.shape[:4], -1),
+                  col_allowed.reshape(*col_allowed.shape[:4], -1)))
+
+  # Spans: each block's non-summary positions, summarized once.
+  member = valid & jnp.asarray(np.arange(size) < size - c)[None, None, :]             # [B, N, S]
+  q_hat, _ = pool(fq, member, 2, kind)                        # [B, N, H, D]
+  k_hat, nonempty = pool(fk, member, 2, kind)                 # [B, N, H, D]
+  v_hat = span_values(q_hat, kb, vb, member[:, :, None, :],
+                      "bzhd,bzthd->bzht", "bzht,bzthv->bzhv")                         # [B, Z, H, V]
+  parts.append((common.dot_logits(qb, k_hat, "bnshd,bzhd->bnshz"),
+                nonempty[:, None, None, None, :] & others))
+
+  probs = joint_softmax(parts, dropout_rate, rng)
+  dtype = vb.dtype
+  out = jnp.einsum("bnsht,bnthv->bnshv", probs[0].astype(dtype), vb)
+  if c:
+    out += jnp.einsum("bnshzc,bzchv->bnshv",
+                      probs[1].reshape(*probs[1].shape[:4], num_blocks, c).astype(dtype), vs)
+  out += jnp.einsum("bnshz,bzhv->bnshv", probs[-1].astype(dtype), v_hat)
+  return out

@@ -1,0 +1,119 @@
+"""Combiner-Logsparse (Ren et al., 2021): dyadic spans, O(L log L).
+
+Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``V`` value dim,
+``C`` aligned chunks of one level, ``W`` chunk width 2^l, ``P`` span slots per query (2 per level).
+
+Level ``l`` cuts the sequence into aligned chunks ``[c 2^l, (c+1) 2^l)``. Query ``i`` (chunk index
+``c = i >> l``) uses, at each level ``l < (L-1).bit_length()``:
+
+- the chunk LEFT of its own, ``c - 1``, iff bit ``l`` of ``i`` is 1 (i.e. ``c`` is odd);
+- bidirectional only: the chunk RIGHT of its own, ``c + 1``, iff bit ``l`` of ``i`` is 0 (the mirror
+  image: bits of ``2^K - 1 - i``), when that chunk exists.
+
+Direct = ``{i}``. The left chunks partition ``[0, i)`` (binary decomposition of ``i``) and the right
+chunks partition ``(i, 2^K)``, so with ``K = (L-1).bit_length()`` levels every key is covered exactly
+once (the released code uses ceil(log2(L-1)) levels and drops the prefix of the last query when
+L = 2^k + 1). Per level the summaries cost O(L D); the joint softmax has 1 + 2K entries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attention_zoo import combiner_common, common
+from attention_zoo.registry import AttentionConfig, register_attention
+
+
+@dataclasses.dataclass(frozen=True)
+class CombinerLogsparseConfig(AttentionConfig):
+  """Attributes:
+    abstraction: span pooling, one of ``combiner_common.ABSTRACTIONS``.
+  """
+
+  abstraction: str = "max"
+
+
+def dyadic_spans(length: int, causal: bool) -> tuple[list[int], np.ndarray, np.ndarray]:
+  """Static span tables. Returns (chunks per level, index [L, P] into the level-concatenated chunk
+  list, valid bool [L, P]); P = K (causal) or 2K slots, K = (L-1).bit_length()."""
+  levels = max(length - 1, 0).bit_length()
+  pos = np.arange(length)
+  counts, index, valid, offset = [], [], [], 0
+  for level in range(levels):
+    chunks = -(-length // (1 << level))
+    own = pos >> level
+    index.append(offset + np.maximum(own - 1, 0))
+    valid.append(own % 2 == 1)
+    if not causal:
+      index.append(offset + np.minimum(own + 1, chunks - 1))
+      valid.append((own % 2 == 0) & (own + 1 < chunks))
+    counts.append(chunks)
+    offset += chunks
+  if not levels:
+    return counts, np.zeros((length, 0), np.int32), np.zeros((length, 0), bool)
+  return counts, np.stack(index, 1).astype(np.int32), np.stack(valid, 1)
+
+
+@register_attention("combiner_logsparse", CombinerLogsparseConfig)
+class CombinerLogsparseAttention(nn.Module):
+  """Combiner-Logsparse core."""
+
+  config: CombinerLogsparseConfig
+
+  @nn.compact
+  def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,
+               mask: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
+    """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
+    cfg = self.config
+    batch, length = query.shape[:2]
+    mask = common.default_mask(mask, batch, length)
+    return _logsparse(
+        query, key, value, mask,
+        combiner_common.AbstractionFeatures(cfg.abstraction, name="query_abstraction")(query),
+        combiner_common.AbstractionFeatures(cfg.abstraction, name="key_abstraction")(key),
+        combiner_common.dropout_rng(self, cfg.dropout_rate, deterministic), causal=cfg.causal,
+        kind=combiner_common.pool_kind(cfg.abstraction), dropout_rate=cfg.dropout_rate)
+
+
+@functools.partial(jax.jit, static_argnames=("causal", "kind", "dropout_rate"))
+def _logsparse(query, key, value, mask, fq, fk, rng, *, causal, kind, dropout_rate):
+  """query, key, fq, fk (abstraction features): [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L]."""
+  batch, length = query.shape[:2]
+  counts, index, valid = dyadic_spans(length, causal)
+
+  # Chunk summaries of every level, concatenated along the chunk axis: [B, sum_l C_l, H, D/V].
+  k_hats, v_hats, nonempties = [], [], []
+  for level, chunks in enumerate(counts):
+    width = 1 << level
+
+    def chunked(x, fill=0):
+      x = common.pad_axis(x, width, axis=1, value=fill)
+      return x.reshape(batch, chunks, width, *x.shape[2:])        # [B, C, W, ...]
+
+    member = chunked(mask, False)                                 # [B, C, W]
+    q_hat, _ = combiner_common.pool(chunked(fq), member, 2, kind)
+    k_hat, nonempty = combiner_common.pool(chunked(fk), member, 2, kind)
+    v_hats.append(combiner_common.span_values(
+        q_hat, chunked(key), chunked(value), member[:, :, None, :],
+        "bchd,bcwhd->bchw", "bchw,bcwhv->bchv"))
+    k_hats.append(k_hat)
+    nonempties.append(nonempty)
+
+  self_logits = common.dot_logits(query, key, "blhd,blhd->blh")[..., None]        # [B, L, H, 1]
+  parts = [(self_logits, mask[:, :, None, None])]
+  if counts:
+    k_span = jnp.take(jnp.concatenate(k_hats, 1), index, axis=1)                # [B, L, P, H, D]
+    span_ok = jnp.take(jnp.concatenate(nonempties, 1), index, axis=1) & valid    # [B, L, P]
+    parts.append((common.dot_logits(query, k_span, "blhd,blphd->blhp"), span_ok[:, :, None, :]))
+  probs = combiner_common.joint_softmax(parts, dropout_rate, rng)
+  out = probs[0].astype(value.dtype) * value
+  if counts:
+    v_span = jnp.take(jnp.concatenate(v_hats, 1), index, axis=1)                # [B, L, P, H, V]
+    out += jnp.einsum("blhp,blphv->blhv", probs[1].astype(value.dtype), v_span)
+  return out
