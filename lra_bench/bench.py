@@ -283,7 +283,7 @@ def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequen
       summary.records.append(record)
       summary.counts[record["status"]] = summary.counts.get(record["status"], 0) + 1
       if record["status"] != "ok":
-        bar.write(f"{name} L={length}: {record['status']}: {(record.get('error') or '').splitlines()[0][:200]}")
+        bar.write(suite.failure_line(f"{name} L={length}", record))
       bar.update()
   finally:
     bar.close()

@@ -53,6 +53,17 @@ def colors(names: Sequence[str]) -> dict[str, tuple]:
 MARKERS = "osD^v<>pPh*X"
 
 
+def plain_log_ticks(ax, axis: str = "both") -> None:
+  """Tick labels like 0.5, 2, 1e+10 instead of 5x10^-1 on log axes."""
+  import matplotlib.ticker as ticker
+
+  fmt = ticker.FuncFormatter(lambda v, _: f"{v:g}")
+  for name in ("x", "y") if axis == "both" else (axis,):
+    which = getattr(ax, f"{name}axis")
+    which.set_major_formatter(fmt)
+    which.set_minor_formatter(ticker.NullFormatter())
+
+
 def scaling_figure(series: Mapping[str, Mapping[str, Sequence]], panels: Sequence[tuple[str, str]],
                    title: str, out_stem: str) -> list[str]:
   """Log-log curves vs sequence length, one line per attention, one panel per metric.
@@ -95,6 +106,7 @@ def scaling_figure(series: Mapping[str, Mapping[str, Sequence]], panels: Sequenc
     ax.set_xscale("log", base=2)
     if drawn:
       ax.set_yscale("log")
+      plain_log_ticks(ax, "y")
     ax.set_xlabel("sequence length")
     ax.set_ylabel(label)
     ax.grid(True, which="both", alpha=0.3)
@@ -120,6 +132,8 @@ def bubble_figure(points: Sequence[dict], title: str, xlabel: str, out_stem: str
                alpha=0.55, edgecolors="black", linewidths=0.6)
     ax.annotate(p["name"], (p["speed"], p["accuracy"]), fontsize=7, ha="center", va="center")
   ax.set_xscale("log")
+  ax.xaxis.set_minor_formatter(__import__("matplotlib.ticker").ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+  plain_log_ticks(ax, "x")
   ax.set_xlabel(xlabel)
   ax.set_ylabel("average accuracy (%)")
   ax.grid(True, which="both", alpha=0.3)

@@ -176,10 +176,11 @@ def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "R
 
 
 def _fmt(mean: float | None, std: float | None = None, signed: bool = False) -> str:
-  if mean is None or (isinstance(mean, float) and not np.isfinite(mean)):
+  mean, std = _number(mean), _number(std)
+  if mean is None:
     return ""
   text = f"{mean:+.2f}" if signed else f"{mean:.2f}"
-  if std is not None and np.isfinite(std):
+  if std is not None:
     text += f" ± {std:.2f}"
   return text.replace("-", "−") if signed else text
 
@@ -207,16 +208,15 @@ def accuracy_report(records: Sequence[dict], protocol: str, reference: pd.DataFr
   refs = [reference_accuracy(reference, protocol, a, t) for a, t in zip(cells.attention, cells.task)]
   cells["reference"] = [r[0] for r in refs]
   cells["reference_source"] = [r[1] for r in refs]
-  cells["delta"] = [m - r if m is not None and r is not None else None
+  cells["delta"] = [_number(m) - _number(r) if _number(m) is not None and _number(r) is not None else None
                     for m, r in zip(cells["mean"], cells["reference"])]
 
   def cell(a, t):
     return cells[(cells.attention == a) & (cells.task == t)].iloc[0]
 
   def row_avg(a) -> float | None:
-    means = [cell(a, t)["mean"] for t in avg_tasks]
-    return float(np.mean(means)) if avg_tasks and all(m is not None and np.isfinite(m) for m in means) \
-        else None
+    means = [_number(cell(a, t)["mean"]) for t in avg_tasks]
+    return float(np.mean(means)) if avg_tasks and None not in means else None
 
   columns = ["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names], "Avg"]
   chance = ["Chance", ""]
@@ -269,8 +269,8 @@ def accuracy_report(records: Sequence[dict], protocol: str, reference: pd.DataFr
       continue
     values = [cell(a, t)["reference"] for t in task_names]
     avg, avg_source = reference_accuracy(reference, protocol, a, "avg")
-    sources = sorted({s for s in cells[cells.attention == a]["reference_source"] if s})
-    if all(v is None for v in values):
+    sources = sorted({s for s in cells[cells.attention == a]["reference_source"] if isinstance(s, str)})
+    if all(_number(v) is None for v in values):
       continue
     pub_rows.append([paper_name(a), a, *[_fmt(v) for v in values], _fmt(avg), ", ".join(sources)])
   published = Table(pub_columns, pub_rows, left=2, caption=(
@@ -281,7 +281,7 @@ def accuracy_report(records: Sequence[dict], protocol: str, reference: pd.DataFr
   if comparable(protocol):
     d_rows = []
     for a in attentions:
-      values = [cell(a, t)["delta"] for t in task_names]
+      values = [_number(cell(a, t)["delta"]) for t in task_names]
       if all(v is None for v in values):
         continue
       d_rows.append([paper_name(a) or "—", a, *[_fmt(v, signed=True) for v in values]])
@@ -425,7 +425,7 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> l
     attentions = sorted(g.attention.unique(), key=lambda n: (n != "vanilla", n))
     what = "training step (forward + backward + AdamW)" if mode == "train" else "inference (forward only)"
     setting = f"LRA Text model (4 layers, emb 256, 4 heads, mlp 1024), batch {batch}, {device}"
-    sources = sorted({s for s in g.memory_source if s})
+    sources = sorted({s for s in g.memory_source if isinstance(s, str)})
     speed = _efficiency_table(g, "steps_per_second", lambda v: f"{v:.2f}",
                               f"Steps per second, {what}; {setting}. Median over repeats; "
                               "(ratio vs vanilla) at the same length.", lengths, attentions)
@@ -530,7 +530,8 @@ def _protocol_order(protocols: Iterable[str]) -> list[str]:
 
 def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = None,
                  attention_length: int = 64, command: str | None = None,
-                 protocols: Sequence[str] | None = None) -> list[str]:
+                 protocols: Sequence[str] | None = None,
+                 attention_names: Sequence[str] | None = None) -> list[str]:
   """Writes every table and figure of ``results_dir``'s records into ``out_dir``; returns the paths."""
   from lra_bench import viz
 
@@ -597,7 +598,8 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
     index += ["## Accuracy vs speed (LRA Fig. 3)", "", f"![bubble]({rel(bubble[0][0])})", "", bubble[1], ""]
 
   stem = os.path.join(out_dir, "attention_patterns")
-  paths, errors = viz.plot_attention_grid(attention_zoo.list_attentions(), stem, length=attention_length)
+  paths, errors = viz.plot_attention_grid(attention_names or attention_zoo.list_attentions(), stem,
+                                          length=attention_length)
   written += paths
   index += ["## Effective attention patterns", ""]
   if paths:

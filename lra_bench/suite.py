@@ -96,7 +96,7 @@ def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str
       for seed in seeds:
         config = config_lib.load_config(
             protocol, task, [f"model.attention={attention!r}", f"seed={seed}", *overrides])
-        workdir = os.path.join(results_dir, "runs", protocol, task, attention,
+        workdir = os.path.join(os.path.abspath(results_dir), "runs", protocol, task, attention,
                                f"seed{seed}_{config_lib.config_hash(config)}")
         cells.append(Cell(task, attention, seed, config, workdir))
   return cells, skipped
@@ -215,6 +215,12 @@ def run_cell(cell: Cell, data_dir: str, results_dir: str, *, force: bool = False
     return _failure_record(cell, status, f"{type(err).__name__}: {err}", results_dir)
 
 
+def failure_line(name: str, record: dict) -> str:
+  """``name: status: first line of the error`` for the console."""
+  error = (record.get("error") or "").strip()
+  return f"{name}: {record['status']}: {error.splitlines()[0][:200] if error else 'no reason recorded'}"
+
+
 @dataclasses.dataclass
 class Summary:
   ran: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # status -> cell names
@@ -277,7 +283,7 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
                           overrides=overrides)
       summary.ran.setdefault(record["status"], []).append(cell.name)
       if record["status"] != "ok":
-        bar.write(f"{cell.name}: {record['status']}: {(record.get('error') or '').splitlines()[0][:200]}")
+        bar.write(failure_line(cell.name, record))
       bar.update()
   finally:
     bar.close()

@@ -3,8 +3,8 @@ records, the per-cell claim, and two concurrent suites on one results dir."""
 
 import dataclasses
 import os
-import subprocess
-import sys
+import threading
+import time
 
 import flax.linen as nn
 import pytest
@@ -14,7 +14,6 @@ from attention_zoo import registry
 from lra_bench import results, suite
 from tests.conftest import tiny_overrides
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEHAVIOUR = {"test_interrupt": KeyboardInterrupt}
 
 
@@ -60,7 +59,8 @@ def _by_attention(results_dir):
 def test_skip_resume_and_failures_become_records(listops_dir, fake_attentions, tmp_path):
   results_dir = str(tmp_path / "results")
   kwargs = dict(tasks="all", attentions="vanilla,test_interrupt,test_failing", seeds="0",
-                results_dir=results_dir, overrides=tiny_overrides(), progress=False)
+                results_dir=results_dir, progress=False,
+                overrides=tiny_overrides(num_train_steps=8, eval_every=8, checkpoint_every=8))
 
   # 1. No data yet: every cell is a no_data record naming the fix.
   summary = suite.run_suite("smoke", data_dir=str(tmp_path / "empty"), **kwargs)
@@ -115,17 +115,42 @@ def test_unknown_names_and_tasks_without_config(tmp_path):
   assert suite.parse_ints("0, 1,2") == [0, 1, 2]
 
 
+class OutOfMemory(nn.Module):
+  """A core that takes a moment, then runs out of memory (a terminal outcome: never retried)."""
+
+  config: FakeConfig
+
+  def __call__(self, query, key, value, mask=None, deterministic=True):
+    time.sleep(0.2)
+    raise RuntimeError("RESOURCE_EXHAUSTED: test_oom: injected out of memory")
+
+
 def test_two_concurrent_suites_never_duplicate(listops_dir, tmp_path):
+  """Two suites (threads: flock treats each open() as its own lock holder, like two processes) on one
+  results dir and one grid: every cell is run and recorded exactly once."""
+  attention_zoo.register_attention("test_oom", FakeConfig)(OutOfMemory)
   results_dir = str(tmp_path / "results")
-  cmd = [sys.executable, "-m", "lra_bench", "suite", "--protocol=smoke", "--tasks=listops",
-         "--attentions=vanilla", "--seeds=0", f"--results_dir={results_dir}", f"--data_dir={listops_dir}",
-         *[f"--set={o}" for o in tiny_overrides(num_train_steps=8)]]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-           for _ in range(2)]
-  outputs = [p.communicate(timeout=600) for p in procs]
-  assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outputs]
+  summaries, errors = [], []
+
+  def one_suite():
+    try:
+      summaries.append(suite.run_suite("smoke", "listops", "test_oom", "0,1,2,3", results_dir=results_dir,
+                                       data_dir=listops_dir, overrides=tiny_overrides(), progress=False))
+    except BaseException as err:  # noqa: BLE001
+      errors.append(err)
+
+  try:
+    threads = [threading.Thread(target=one_suite) for _ in range(2)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join(timeout=300)
+  finally:
+    registry._REGISTRY.pop("test_oom", None)
+  assert not errors, errors
   records = results.load_records(results_dir)
-  assert len(records) == 1 and records[0]["status"] == "ok"
-  said = " ".join(o[0] for o in outputs)
-  assert "1 ok" in said and ("1 running elsewhere" in said or "1 already done" in said)
+  assert sorted(r["seed"] for r in records) == [0, 1, 2, 3]
+  assert {r["status"] for r in records} == {"oom"}
+  ran = [name for s in summaries for names in s.ran.values() for name in names]
+  assert sorted(ran) == sorted(set(ran)) and len(ran) == 4
+  assert len(ran) + sum(len(s.claimed_elsewhere) + len(s.done_before) for s in summaries) == 8
