@@ -14,7 +14,7 @@ from lra_bench import bench, results
 TINY = ["model.num_layers=1", "model.emb_dim=16", "model.qkv_dim=16", "model.mlp_dim=32", "model.num_heads=2"]
 
 
-def test_two_lengths_end_to_end_and_resume(tmp_path):
+def test_two_lengths_end_to_end_and_resume(tmp_path, fast_compile):
   results_dir = str(tmp_path)
   summary = bench.run_bench([32, 64], "vanilla", results_dir=results_dir, batch_size=2, repeats=3,
                             warmup_steps=1, compile_only_from=64, overrides=TINY, progress=False)
@@ -51,7 +51,7 @@ class OomAbove40(nn.Module):
     return value
 
 
-def test_oom_is_a_data_point_in_process_inference(tmp_path):
+def test_oom_is_a_data_point_in_process_inference(tmp_path, fast_compile):
   attention_zoo.register_attention("test_oom_above_40", FakeConfig)(OomAbove40)
   try:
     summary = bench.run_bench([32, 64, 128], "test_oom_above_40", results_dir=str(tmp_path), batch_size=1,

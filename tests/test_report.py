@@ -122,7 +122,7 @@ def test_slope_fit_on_power_laws():
   assert plots.fit_slope([1, 2], [0.0, np.nan]) is None
 
 
-def test_write_report_files(tmp_path):
+def test_write_report_files(tmp_path, fast_compile):
   results_dir, out = str(tmp_path / "results"), str(tmp_path / "report")
   for r in RECORDS + BENCH:
     results.append_record(results_dir, r)
@@ -140,7 +140,7 @@ def test_write_report_files(tmp_path):
   assert "cpu / cpu × 1" in index and "jax 0.10.2" in index and "`lra`" in index
 
 
-def test_viz_attention_command(tmp_path):
+def test_viz_attention_command(tmp_path, fast_compile):
   (path,) = commands.viz_attention("vanilla", 16, str(tmp_path / "v.svg"))
   assert os.path.getsize(path) > 0
   with pytest.raises(ValueError, match="unknown attention 'nope'"):

@@ -56,7 +56,7 @@ def _by_attention(results_dir):
   return {r["attention"]: r for r in results.latest_records(results.load_records(results_dir))}
 
 
-def test_skip_resume_and_failures_become_records(listops_dir, fake_attentions, tmp_path):
+def test_skip_resume_and_failures_become_records(listops_dir, fake_attentions, tmp_path, fast_compile):
   results_dir = str(tmp_path / "results")
   kwargs = dict(tasks="all", attentions="vanilla,test_interrupt,test_failing", seeds="0",
                 results_dir=results_dir, progress=False,
