@@ -3,12 +3,17 @@
   lra-bench list [attentions|tasks|protocols]
   lra-bench data prepare listops [--protocol smoke] [--num_train N ...] [--data_dir DIR]
   lra-bench train --task listops --attention vanilla --protocol smoke --seed 0 --workdir DIR
+  lra-bench suite --protocol smoke --tasks all --attentions all --seeds 0,1,2 --results_dir DIR
+  lra-bench bench --lengths 1024,2048,4096 --attentions all --batch_size 32 --mode train --results_dir DIR
+  lra-bench report --results_dir DIR --out DIR
+  lra-bench viz attention NAME [--length 64] [--out FILE.png|.svg]
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -35,6 +40,28 @@ flags.DEFINE_integer("num_test", None, "Generated test examples.")
 flags.DEFINE_integer("min_length", None, "ListOps: keep expressions longer than this.")
 flags.DEFINE_integer("max_length", None, "ListOps: keep expressions shorter than this.")
 flags.DEFINE_bool("overwrite", None, "Regenerate data that already exists.")
+
+# suite
+flags.DEFINE_string("tasks", "all", "suite: 'all' or a comma list of tasks.")
+flags.DEFINE_string("attentions", "all", "suite/bench: 'all' or a comma list of attentions.")
+flags.DEFINE_string("seeds", "0", "suite: comma list of seeds.")
+flags.DEFINE_bool("isolate", None, "suite: each cell in a fresh subprocess (default: in-process); "
+                  "bench: each point in a fresh subprocess (default: yes).")
+flags.DEFINE_bool("retry_failed", True, "suite: rerun cells whose last record is 'failed'.")
+# bench
+flags.DEFINE_string("lengths", "1024,2048,3072,4096,8192,16384", "bench: comma list of sequence lengths.")
+flags.DEFINE_integer("batch_size", 32, "bench: batch size (LRA Table 2: 32).")
+flags.DEFINE_enum("mode", "train", ["train", "inference"], "bench: train step or forward only.")
+flags.DEFINE_integer("repeats", 10, "bench: timed steps per point (median and IQR reported).")
+flags.DEFINE_integer("warmup_steps", 2, "bench: untimed steps after compilation.")
+flags.DEFINE_bool("compile_only", False, "bench: XLA FLOPs and compiled memory only, no timing.")
+flags.DEFINE_integer("compile_only_from", None, "bench: lengths >= this are compiled only.")
+flags.DEFINE_float("timeout", 600.0, "bench: seconds per point before it is recorded as failed.")
+# report / viz
+flags.DEFINE_string("out", None, "report: output directory (default <results_dir>/report); "
+                    "viz: output file (.png or .svg).")
+flags.DEFINE_string("reference_dir", None, "report: published numbers (default reports/reference).")
+flags.DEFINE_integer("length", 64, "viz / report: sequence length of the effective-attention probe.")
 
 PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_length", "overwrite")
 
@@ -71,6 +98,30 @@ def main(argv: list[str]) -> int:
         return 1
       print(f"test accuracy {record['test_accuracy']:.4f} (best validation {record['best_val_accuracy']:.4f} "
             f"at step {record['best_step']}); result in {os.path.join(record['workdir'], 'result.json')}")
+    elif words == ["suite"]:
+      if not FLAGS.results_dir:
+        raise ConfigError("suite needs --results_dir")
+      summary = commands.suite(FLAGS.protocol or "smoke", FLAGS.tasks, FLAGS.attentions, FLAGS.seeds,
+                               FLAGS.results_dir, _data_dir(), FLAGS.set, bool(FLAGS.isolate),
+                               FLAGS.retry_failed)
+      print("\n".join(summary.lines()))
+    elif words == ["bench"]:
+      if not FLAGS.results_dir:
+        raise ConfigError("bench needs --results_dir")
+      summary = commands.bench(FLAGS.lengths, FLAGS.attentions, FLAGS.results_dir, FLAGS.batch_size,
+                               FLAGS.mode, FLAGS.warmup_steps, FLAGS.repeats, FLAGS.compile_only,
+                               FLAGS.compile_only_from, FLAGS.timeout,
+                               FLAGS.isolate is not False, FLAGS.set)
+      print("\n".join(summary.lines()))
+    elif words == ["report"]:
+      if not FLAGS.results_dir:
+        raise ConfigError("report needs --results_dir")
+      out = FLAGS.out or os.path.join(FLAGS.results_dir, "report")
+      paths = commands.report(FLAGS.results_dir, out, FLAGS.reference_dir, FLAGS.length,
+                              "lra-bench " + " ".join(map(shlex.quote, sys.argv[1:])))
+      print(f"wrote {len(paths)} files; start at {os.path.join(out, 'index.md')}")
+    elif words[:2] == ["viz", "attention"] and len(words) == 3:
+      print("\n".join(commands.viz_attention(words[2], FLAGS.length, FLAGS.out)))
     else:
       print(f"error: unknown command {' '.join(words)!r}\n{USAGE}", file=sys.stderr)
       return 2

@@ -56,3 +56,39 @@ def train(task: str, attention: str, protocol: str, seed: int, workdir: str | No
   config = config_lib.load_config(protocol, task, overrides)
   workdir = workdir or os.path.join("runs", protocol, task, f"{attention}_seed{seed}")
   return train_lib.run(config, workdir, data_dir, results_dir, force=force)
+
+
+def suite(protocol: str, task_names: str, attentions: str, seeds: str, results_dir: str, data_dir: str,
+          overrides: Sequence[str] = (), isolate: bool = False, retry_failed: bool = True):
+  from lra_bench import suite as suite_lib
+
+  return suite_lib.run_suite(protocol, task_names, attentions, seeds, results_dir=results_dir,
+                             data_dir=data_dir, overrides=overrides, isolate=isolate,
+                             retry_failed=retry_failed)
+
+
+def bench(lengths: str, attentions: str, results_dir: str, batch_size: int = 32, mode: str = "train",
+          warmup_steps: int = 2, repeats: int = 10, compile_only: bool = False,
+          compile_only_from: int | None = None, timeout_s: float | None = 600.0, isolate: bool = True,
+          overrides: Sequence[str] = ()):
+  from lra_bench import bench as bench_lib
+
+  return bench_lib.run_bench(lengths, attentions, results_dir=results_dir, batch_size=batch_size, mode=mode,
+                             warmup_steps=warmup_steps, repeats=repeats, compile_only=compile_only,
+                             compile_only_from=compile_only_from, timeout_s=timeout_s, isolate=isolate,
+                             overrides=overrides)
+
+
+def report(results_dir: str, out_dir: str, reference_dir: str | None = None, attention_length: int = 64,
+           command: str | None = None) -> list[str]:
+  from lra_bench import report as report_lib
+
+  return report_lib.write_report(results_dir, out_dir, reference_dir=reference_dir,
+                                 attention_length=attention_length, command=command)
+
+
+def viz_attention(name: str, length: int = 64, out: str | None = None) -> list[str]:
+  from lra_bench import viz
+
+  attention_zoo.attention_config(name)  # unknown name -> ValueError listing the known ones
+  return viz.plot_attention(name, out or viz.default_out(name, length), length)

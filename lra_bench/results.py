@@ -95,13 +95,21 @@ def load_records(results_dir: str) -> list[dict[str, Any]]:
   return records
 
 
+def _redundant(old: dict[str, Any], new: dict[str, Any]) -> bool:
+  """Whether ``old`` (same run) makes ``new`` a duplicate: an ``ok`` run is final, and a terminal
+  outcome is recorded once (a ``no_data`` run that later finds its data still gets its ``ok``)."""
+  status = old.get("status")
+  return status == "ok" or (status in TERMINAL and status == new.get("status"))
+
+
 def append_record(results_dir: str, record: dict[str, Any]) -> bool:
-  """Appends ``record`` unless its run already has a terminal record. Returns whether it appended."""
+  """Appends ``record`` unless its run already has an ``ok`` record or a terminal record with the same
+  status. Returns whether it appended."""
   record = _clean(record)
   with locked(results_dir):
     key = run_key(record)
     for old in load_records(results_dir):
-      if run_key(old) == key and old.get("status") in TERMINAL:
+      if run_key(old) == key and _redundant(old, record):
         logging.info("run %s already has a %r record; not appending another", key, old["status"])
         return False
     path = os.path.join(results_dir, RESULTS_FILE)
@@ -121,6 +129,24 @@ def terminal_record(results_dir: str, key: tuple) -> dict[str, Any] | None:
     if run_key(record) == key and record.get("status") in TERMINAL:
       return record
   return None
+
+
+def latest_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+  """One record per run (``run_key``): its ``ok`` record if it has one, else its latest record.
+
+  A run has several records when it was retried: a ``no_data`` run after ``data prepare``, a ``failed``
+  run after a fix. ``ok`` is final; otherwise the latest outcome is the current state.
+  """
+  chosen: dict[tuple, tuple[int, int, dict[str, Any]]] = {}
+  for order, record in enumerate(records):
+    try:
+      key = run_key(record)
+    except KeyError:
+      continue
+    rank = (int(record.get("status") == "ok"), order)
+    if key not in chosen or rank >= chosen[key][:2]:
+      chosen[key] = (*rank, record)
+  return [entry[2] for entry in chosen.values()]
 
 
 def git_sha() -> str:

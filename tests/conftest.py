@@ -42,3 +42,16 @@ def tiny_overrides(**extra):
             "optimizer.warmup_steps": 4}
   values.update(extra)
   return [f"{k}={v}" for k, v in values.items()]
+
+
+@pytest.fixture
+def fast_compile(monkeypatch):
+  """Compiles with most XLA optimizations off (much faster on CPU), here and in child processes."""
+  import jax
+
+  monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+  jax.config.update("jax_disable_most_optimizations", True)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_disable_most_optimizations", False)

@@ -1,0 +1,291 @@
+"""The suite: every (task, attention, seed) cell of one protocol, resumable and safe to run twice.
+
+Each cell trains in its own workdir ``<results_dir>/runs/<protocol>/<task>/<attention>/seed<k>_<hash>``
+(the config hash keeps runs of different overrides apart) and ends as one record in
+``<results_dir>/results.jsonl`` (``train.run``).
+
+- Done cells (an ``ok`` or ``oom`` record for the same config) are skipped; ``no_data`` cells are retried
+  (the data may have been prepared since) and so are ``failed`` ones unless ``retry_failed=False``.
+- A killed suite resumes where it stopped: the interrupted cell resumes from its checkpoint.
+- A failing cell (error, NaN, OOM, missing data) becomes a record with its status and reason; the suite
+  moves on.
+- Two suites on one results dir never run a cell twice: a cell is claimed with a non-blocking ``flock``
+  on ``<results_dir>/locks/...`` (released by the OS if the process dies) and its record is re-checked
+  after the claim; ``results.append_record`` serializes the writes.
+- Tasks the protocol has no config for are skipped with a log line (no record: there is no config).
+- Cells run in this process by default (no per-cell import/startup cost; failures are caught by
+  ``train.run``); ``isolate=True`` runs each cell in a fresh ``lra-bench train`` subprocess instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import logging
+import os
+import subprocess
+import sys
+import time
+from typing import Iterator, Sequence
+
+import ml_collections
+
+import attention_zoo
+import tasks as tasks_lib
+from lra_bench import config as config_lib
+from lra_bench import results
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DONE = ("ok", "oom")
+
+
+@dataclasses.dataclass
+class Cell:
+  task: str
+  attention: str
+  seed: int
+  config: ml_collections.ConfigDict
+  workdir: str
+
+  @property
+  def name(self) -> str:
+    return f"{self.task}/{self.attention}/seed{self.seed}"
+
+  def key(self) -> tuple:
+    return results.run_key({"task": self.task, "attention": self.attention,
+                            "protocol": self.config.protocol, "seed": self.seed,
+                            "config_hash": config_lib.config_hash(self.config),
+                            "max_length": self.config.data.max_length})
+
+
+def parse_names(text: str | Sequence[str] | None, known: Sequence[str], what: str) -> list[str]:
+  """``all`` (or empty) -> ``known``; else a comma list, each checked against ``known``."""
+  if text is None or text == "" or text == "all" or list(text) == ["all"]:
+    return list(known)
+  names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
+  unknown = [n for n in names if n not in known]
+  if unknown:
+    raise ValueError(f"unknown {what} {', '.join(map(repr, unknown))}; known {what}s: {', '.join(known)}")
+  return names
+
+
+def parse_ints(text: str | Sequence[int]) -> list[int]:
+  if isinstance(text, str):
+    try:
+      return [int(x) for x in text.replace(" ", ",").split(",") if x]
+    except ValueError:
+      raise ValueError(f"expected a comma-separated list of integers, got {text!r}") from None
+  return [int(x) for x in text]
+
+
+def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str], seeds: Sequence[int],
+         results_dir: str, overrides: Sequence[str] = ()) -> tuple[list[Cell], list[str]]:
+  """The cells of the grid (task-major) and the tasks skipped because the protocol has no config."""
+  cells, skipped = [], []
+  for task in task_names:
+    try:
+      config_lib.load_config(protocol, task, overrides)
+    except config_lib.ConfigError as err:
+      if "has no config for task" not in str(err):
+        raise
+      logging.info("suite: skipping task %s: %s", task, err)
+      skipped.append(task)
+      continue
+    for attention in attention_names:
+      for seed in seeds:
+        config = config_lib.load_config(
+            protocol, task, [f"model.attention={attention!r}", f"seed={seed}", *overrides])
+        workdir = os.path.join(os.path.abspath(results_dir), "runs", protocol, task, attention,
+                               f"seed{seed}_{config_lib.config_hash(config)}")
+        cells.append(Cell(task, attention, seed, config, workdir))
+  return cells, skipped
+
+
+def cell_status(cell: Cell, records: Sequence[dict]) -> str | None:
+  """The best recorded outcome of ``cell`` (None if it has no record)."""
+  key = cell.key()
+  mine = [r for r in records if results.run_key(r) == key]
+  return results.latest_records(mine)[0]["status"] if mine else None
+
+
+@contextlib.contextmanager
+def claim(results_dir: str, cell: Cell) -> Iterator[bool]:
+  """Yields whether this process holds the cell's lock (non-blocking; released on exit or death)."""
+  path = os.path.join(results_dir, "locks", cell.config.protocol, cell.task, cell.attention,
+                      os.path.basename(cell.workdir) + ".lock")
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "a") as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      yield False
+      return
+    try:
+      yield True
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _cell_logging(workdir: str) -> Iterator[None]:
+  """Sends the cell's log to ``<workdir>/train.log`` and keeps only warnings on the console."""
+  from absl import logging as absl_logging
+
+  os.makedirs(workdir, exist_ok=True)
+  handler = logging.FileHandler(os.path.join(workdir, "train.log"))
+  handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+  root = logging.getLogger()
+  console = absl_logging.get_absl_handler()
+  old_level, old_root_level = console.level, root.level
+  console.setLevel(logging.WARNING)
+  root.setLevel(min(old_root_level or logging.INFO, logging.INFO))
+  root.addHandler(handler)
+  try:
+    yield
+  finally:
+    root.removeHandler(handler)
+    handler.close()
+    console.setLevel(old_level)
+    root.setLevel(old_root_level)
+
+
+def _run_in_process(cell: Cell, data_dir: str, results_dir: str, force: bool) -> dict:
+  import jax
+
+  from lra_bench import train
+
+  with _cell_logging(cell.workdir):
+    try:
+      return train.run(cell.config, cell.workdir, data_dir, results_dir, force=force)
+    finally:
+      jax.clear_caches()  # compiled executables of this cell are not needed by the next one
+
+
+def _run_subprocess(cell: Cell, data_dir: str, results_dir: str, force: bool,
+                    overrides: Sequence[str]) -> dict:
+  os.makedirs(cell.workdir, exist_ok=True)
+  cmd = [sys.executable, "-m", "lra_bench", "train", f"--task={cell.task}",
+         f"--attention={cell.attention}", f"--protocol={cell.config.protocol}", f"--seed={cell.seed}",
+         f"--workdir={cell.workdir}", f"--data_dir={data_dir}", f"--results_dir={results_dir}",
+         *[f"--set={o}" for o in overrides], *(["--force"] if force else [])]
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
+  with open(os.path.join(cell.workdir, "train.log"), "a") as log:
+    proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+  path = os.path.join(cell.workdir, "result.json")
+  if os.path.exists(path):
+    import json
+
+    with open(path) as f:
+      record = json.load(f)
+    if record.get("config_hash") == config_lib.config_hash(cell.config):
+      return record
+  # The process died before it could write a record (crash, signal): record that, with the log's tail.
+  with open(os.path.join(cell.workdir, "train.log"), errors="replace") as f:
+    tail = f.read()[-1500:]
+  status = "oom" if proc.returncode == -9 else "failed"
+  return _failure_record(cell, status, f"subprocess exited with {proc.returncode}:\n{tail}", results_dir)
+
+
+def _failure_record(cell: Cell, status: str, error: str, results_dir: str) -> dict:
+  record = results.make_record(
+      status=status, error=error[:2000], task=cell.task, attention=cell.attention,
+      protocol=cell.config.protocol, seed=cell.seed, max_length=cell.config.data.max_length,
+      batch_size=cell.config.batch_size, config=cell.config.to_dict(),
+      config_hash=config_lib.config_hash(cell.config), workdir=os.path.abspath(cell.workdir))
+  results.write_json_atomic(os.path.join(cell.workdir, "result.json"), record)
+  results.append_record(results_dir, record)
+  return record
+
+
+def run_cell(cell: Cell, data_dir: str, results_dir: str, *, force: bool = False, isolate: bool = False,
+             overrides: Sequence[str] = ()) -> dict:
+  """Runs one claimed cell; whatever goes wrong ends as a record (KeyboardInterrupt propagates)."""
+  try:
+    if isolate:
+      return _run_subprocess(cell, data_dir, results_dir, force, overrides)
+    return _run_in_process(cell, data_dir, results_dir, force)
+  except (KeyboardInterrupt, SystemExit):
+    raise
+  except BaseException as err:  # noqa: BLE001 - train.run records its own failures; this is the rest
+    from lra_bench import train
+
+    logging.exception("suite: cell %s failed outside the training loop", cell.name)
+    status = "oom" if train.is_oom(err) else "failed"
+    return _failure_record(cell, status, f"{type(err).__name__}: {err}", results_dir)
+
+
+def failure_line(name: str, record: dict) -> str:
+  """``name: status: first line of the error`` for the console."""
+  error = (record.get("error") or "").strip()
+  return f"{name}: {record['status']}: {error.splitlines()[0][:200] if error else 'no reason recorded'}"
+
+
+@dataclasses.dataclass
+class Summary:
+  ran: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # status -> cell names
+  done_before: list[str] = dataclasses.field(default_factory=list)
+  claimed_elsewhere: list[str] = dataclasses.field(default_factory=list)
+  skipped_tasks: list[str] = dataclasses.field(default_factory=list)
+  seconds: float = 0.0
+
+  def lines(self) -> list[str]:
+    out = [f"suite finished in {self.seconds:.0f} s: "
+           + ", ".join(f"{len(v)} {k}" for k, v in sorted(self.ran.items()))
+           + f"; {len(self.done_before)} already done; {len(self.claimed_elsewhere)} running elsewhere"]
+    if self.skipped_tasks:
+      out.append("tasks without a config in this protocol (skipped): " + ", ".join(self.skipped_tasks))
+    for status in ("failed", "oom", "no_data"):
+      if self.ran.get(status):
+        out.append(f"{status}: " + ", ".join(self.ran[status]))
+    return out
+
+
+def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str | Sequence[str] = "all",
+              seeds: str | Sequence[int] = (0,), *, results_dir: str, data_dir: str,
+              overrides: Sequence[str] = (), isolate: bool = False, retry_failed: bool = True,
+              progress: bool = True) -> Summary:
+  """Runs every cell of the grid that is not done yet (see the module docstring)."""
+  from tqdm.auto import tqdm
+
+  start = time.perf_counter()
+  task_names = parse_names(tasks, tasks_lib.list_tasks(), "task")
+  attention_names = parse_names(attentions, attention_zoo.list_attentions(), "attention")
+  cells, skipped = plan(protocol, task_names, attention_names, parse_ints(seeds), results_dir, overrides)
+  summary = Summary(skipped_tasks=skipped)
+  retry = ("no_data", "failed") if retry_failed else ("no_data",)
+
+  def pending(cell: Cell, records) -> bool:
+    status = cell_status(cell, records)
+    return status is None or status in retry
+
+  records = results.load_records(results_dir)
+  todo = [c for c in cells if pending(c, records)]
+  summary.done_before = [c.name for c in cells if not pending(c, records)]
+  logging.info("suite %s: %d cells, %d to run (%d done before)", protocol, len(cells), len(todo),
+               len(summary.done_before))
+  bar = tqdm(total=len(todo), unit="cell", desc=f"suite {protocol}", disable=not progress,
+             dynamic_ncols=True, smoothing=0.0)  # smoothing 0: ETA = remaining x mean cell time
+  try:
+    for cell in todo:
+      bar.set_postfix_str(cell.name)
+      with claim(results_dir, cell) as mine:
+        if not mine:
+          summary.claimed_elsewhere.append(cell.name)
+          bar.update()
+          continue
+        status = cell_status(cell, results.load_records(results_dir))  # re-check under the claim
+        if status is not None and status not in retry:
+          summary.done_before.append(cell.name)
+          bar.update()
+          continue
+        record = run_cell(cell, data_dir, results_dir, force=status == "no_data", isolate=isolate,
+                          overrides=overrides)
+      summary.ran.setdefault(record["status"], []).append(cell.name)
+      if record["status"] != "ok":
+        bar.write(failure_line(cell.name, record))
+      bar.update()
+  finally:
+    bar.close()
+  summary.seconds = time.perf_counter() - start
+  return summary

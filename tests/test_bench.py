@@ -1,0 +1,79 @@
+"""The efficiency benchmark: two tiny lengths end to end (subprocess per point), resume, compile-only
+points, OOM and timeouts as data points."""
+
+import dataclasses
+
+import flax.linen as nn
+import pytest
+
+import attention_zoo
+from attention_zoo import registry
+from lra_bench import bench, results
+
+# A one-layer, 16-wide version of the Table 2 model: same code path, seconds to compile.
+TINY = ["model.num_layers=1", "model.emb_dim=16", "model.qkv_dim=16", "model.mlp_dim=32", "model.num_heads=2"]
+
+
+def test_two_lengths_end_to_end_and_resume(tmp_path, fast_compile):
+  results_dir = str(tmp_path)
+  summary = bench.run_bench([32, 64], "vanilla", results_dir=results_dir, batch_size=2, repeats=3,
+                            warmup_steps=1, compile_only_from=64, overrides=TINY, progress=False)
+  assert summary.counts == {"ok": 2}
+  timed, compiled = sorted(results.load_records(results_dir), key=lambda r: r["max_length"])
+  for r in (timed, compiled):
+    assert r["kind"] == "bench" and r["mode"] == "train" and r["status"] == "ok"
+    assert r["flops_per_step"] > 0 and r["compiled_memory_bytes"] > 0 and r["num_params"] > 0
+    assert r["config"]["model"]["num_layers"] == 1 and r["batch_size"] == 2
+  assert len(timed["step_seconds"]) == 3 and timed["step_seconds_q25"] <= timed["step_seconds_median"]
+  assert timed["steps_per_second"] == pytest.approx(1.0 / timed["step_seconds_median"])
+  assert compiled["compile_only"] and compiled["steps_per_second"] is None
+  assert compiled["flops_per_step"] > timed["flops_per_step"]
+  # A rerun measures nothing again.
+  again = bench.run_bench([32, 64], "vanilla", results_dir=results_dir, batch_size=2, repeats=3,
+                          warmup_steps=1, compile_only_from=64, overrides=TINY, progress=False)
+  assert again.done_before == 2 and again.counts == {}
+  assert len(results.load_records(results_dir)) == 2
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeConfig(attention_zoo.AttentionConfig):
+  pass
+
+
+class OomAbove40(nn.Module):
+  """Identity attention up to 40 tokens; beyond, the 'device' runs out of memory while tracing."""
+
+  config: FakeConfig
+
+  def __call__(self, query, key, value, mask=None, deterministic=True):
+    if query.shape[1] > 40:
+      raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.0TiB (injected)")
+    return value
+
+
+def test_oom_is_a_data_point_in_process_inference(tmp_path, fast_compile):
+  attention_zoo.register_attention("test_oom_above_40", FakeConfig)(OomAbove40)
+  try:
+    summary = bench.run_bench([32, 64, 128], "test_oom_above_40", results_dir=str(tmp_path), batch_size=1,
+                              mode="inference", repeats=2, warmup_steps=1, isolate=False, overrides=TINY,
+                              progress=False)
+  finally:
+    registry._REGISTRY.pop("test_oom_above_40", None)
+  by_length = {r["max_length"]: r for r in summary.records}
+  assert by_length[32]["status"] == "ok" and by_length[32]["mode"] == "inference"
+  assert by_length[32]["steps_per_second"] > 0 and by_length[32]["flops_per_step"] > 0
+  assert by_length[64]["status"] == "oom" and "RESOURCE_EXHAUSTED" in by_length[64]["error"]
+  assert by_length[128]["status"] == "oom" and "not run" in by_length[128]["error"]
+
+
+def test_timeout_is_a_failed_point(tmp_path):
+  config = bench.bench_config("vanilla", 32, batch_size=1, overrides=TINY)
+  out = bench.run_point(config, isolate=True, timeout_s=0.01)
+  assert out["status"] == "failed" and "timeout" in out["error"]
+
+
+def test_bad_mode_and_config_fail_clearly():
+  with pytest.raises(ValueError, match="unknown mode"):
+    bench.bench_config("vanilla", 32, mode="backward")
+  with pytest.raises(ValueError, match="unknown config key"):
+    bench.bench_config("vanilla", 32, overrides=["model.nope=1"])

@@ -1,0 +1,147 @@
+"""Reports from hand-written records: values, mean ± std, bold best, deltas vs the published numbers,
+missing cells with their fix, efficiency ratios, slope fits, and the files (plots non-empty)."""
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lra_bench import commands, plots, report, results
+
+
+def train_record(attention, task, seed, accuracy, protocol="lra", status="ok", error=None):
+  return {"kind": "train", "task": task, "attention": attention, "protocol": protocol, "seed": seed,
+          "status": status, "error": error, "test_accuracy": accuracy, "config_hash": "h", "max_length": 10,
+          "backend": "cpu", "device_kind": "cpu", "num_devices": 1, "versions": {"jax": "0.10.2"},
+          "git_sha": "abc"}
+
+
+def bench_record(attention, length, sps=None, memory=None, flops=None, status="ok", compile_only=False):
+  median = 1.0 / sps if sps else None
+  return {"kind": "bench", "task": "text", "attention": attention, "protocol": "bench", "seed": 0,
+          "status": status, "max_length": length, "config_hash": f"b{length}", "mode": "train",
+          "batch_size": 4, "backend": "cpu", "device_kind": "cpu", "num_devices": 1,
+          "compile_only": compile_only, "steps_per_second": sps, "step_seconds_median": median,
+          "step_seconds_q25": median and 0.9 * median, "step_seconds_q75": median and 1.1 * median,
+          "examples_per_second": sps and 4 * sps, "compiled_memory_bytes": memory,
+          "peak_memory_bytes": None, "flops_per_step": flops}
+
+
+RECORDS = [
+    train_record("vanilla", "listops", 0, 0.36), train_record("vanilla", "listops", 1, 0.37),
+    train_record("vanilla", "listops", 2, 0.38),
+    train_record("performer", "listops", 0, 0.20),
+    train_record("vanilla", "text", 0, 0.65), train_record("performer", "text", 0, 0.66),
+    train_record("bigbird", "listops", 0, None, status="no_data",
+                 error="no file x\nPrepare it with:\n  lra-bench data prepare listops --protocol lra"),
+    train_record("combiner_fixed", "listops", 0, None, status="failed", error="RuntimeError: boom"),
+    train_record("vanilla", "listops", 0, 0.10, protocol="smoke"),
+]
+REFERENCE, REFERENCE_EFF = report.load_reference()
+
+
+def cell(rep, attention, task):
+  row = [r for r in rep.ours.rows if r[1] == attention][0]
+  return row[rep.ours.columns.index(task)]
+
+
+def test_accuracy_table_values_bold_and_deltas():
+  rep = report.accuracy_report(RECORDS, "lra", REFERENCE, "RES")
+  assert cell(rep, "vanilla", "ListOps") == "37.00 ± 1.00"      # mean ± sample std over seeds 0, 1, 2
+  assert cell(rep, "performer", "ListOps") == "20.00"           # one seed: no std
+  assert cell(rep, "bigbird", "ListOps") == "no data"
+  assert cell(rep, "combiner_fixed", "ListOps") == "failed"
+  assert rep.avg_tasks == ["listops", "text"]
+  assert cell(rep, "vanilla", "Avg") == "51.00"                 # (37 + 65) / 2
+  assert cell(rep, "performer", "Avg") == "43.00"
+  assert rep.ours.rows[0][:3] == ["Chance", "", "10.00"]
+  # bold: vanilla is best on ListOps and Avg, performer on Text
+  row_of = {r[1]: i for i, r in enumerate(rep.ours.rows)}
+  col = rep.ours.columns.index
+  assert (row_of["vanilla"], col("ListOps")) in rep.ours.bold
+  assert (row_of["performer"], col("Text")) in rep.ours.bold
+  assert (row_of["vanilla"], col("Text")) not in rep.ours.bold
+  assert (row_of["vanilla"], col("Avg")) in rep.ours.bold
+  assert "**37.00 ± 1.00**" in rep.ours.to_markdown() and "\\textbf{37.00 $\\pm$ 1.00}" in rep.ours.to_latex()
+  # published numbers (LRA Table 1) and deltas
+  cells = rep.cells.set_index(["attention", "task"])
+  assert cells.loc[("vanilla", "listops"), "reference"] == pytest.approx(36.37)
+  assert cells.loc[("vanilla", "listops"), "delta"] == pytest.approx(0.63)
+  assert cells.loc[("performer", "text"), "delta"] == pytest.approx(66.0 - 65.40)
+  assert cells.loc[("combiner_fixed", "listops"), "reference_source"] == "combiner_paper_table5"
+  assert pd.isna(cells.loc[("combiner_fixed", "pathfinder"), "reference"])   # intermediate != hard
+  delta_row = [r for r in rep.delta.rows if r[1] == "vanilla"][0]
+  assert delta_row[2] == "+0.63"
+  published = [r for r in rep.published.rows if r[1] == "vanilla"][0]
+  assert published[2] == "36.37" and published[-1] == "lra_paper_table1"
+  # missing cells say why and how to fix them
+  notes = "\n".join(rep.ours.notes)
+  assert "bigbird / ListOps: no data" in notes and "lra-bench data prepare listops --protocol lra && " \
+      "lra-bench suite --protocol lra --tasks listops --attentions bigbird --seeds 0,1,2 --results_dir RES" in notes
+  assert "combiner_fixed / ListOps: failed — RuntimeError: boom" in notes
+
+
+def test_other_protocols_are_labelled_not_comparable():
+  rep = report.accuracy_report(RECORDS, "smoke", REFERENCE)
+  assert "NOT comparable" in rep.ours.caption and rep.delta is None
+  assert cell(rep, "vanilla", "ListOps") == "10.00"
+
+
+def test_paper_names():
+  assert report.paper_name("vanilla") == "Transformer"
+  assert report.paper_name("combiner_axial_vertical") == "Combiner-Axial"
+  assert report.paper_name("sparse_fixed") == "Sparse Trans."
+  assert report.paper_name("combiner_mixture") is None
+
+
+BENCH = [bench_record("vanilla", 1024, 2.0, 2 ** 30, 4e9), bench_record("vanilla", 2048, 1.0, 2 ** 32, 16e9),
+         bench_record("performer", 1024, 4.0, 2 ** 29, 2e9), bench_record("performer", 2048, status="oom"),
+         bench_record("vanilla", 4096, None, 2 ** 34, 64e9, compile_only=True)]
+
+
+def test_efficiency_tables_ratios_vs_vanilla():
+  (group,) = report.efficiency_groups(BENCH, REFERENCE_EFF)
+  speed = {r[0]: r[1:] for r in group.speed.rows}
+  assert speed["vanilla"] == ["2.00", "1.00", "compiled only"]
+  assert speed["performer"] == ["4.00 (2.00×)", "OOM", "—"]
+  memory = {r[0]: r[1:] for r in group.memory.rows}
+  assert memory["vanilla"][:2] == ["1.00 GiB", "4.00 GiB"] and memory["performer"][0] == "512 MiB (0.50×)"
+  flops = {r[0]: r[1:] for r in group.flops.rows}
+  assert flops["vanilla"][2] == "64.0 G"
+  published = {r[1]: r[2:] for r in group.published.rows}
+  assert published["vanilla"][0] == "1.00×" and published["performer"][3] == f"{8.0 / 1.4:.2f}×"
+
+
+def test_slope_fit_on_power_laws():
+  x = np.array([256, 512, 1024, 4096])
+  assert plots.fit_slope(x, 3.0 * x ** 2.0) == pytest.approx(2.0)
+  assert plots.fit_slope(x, 0.5 * x) == pytest.approx(1.0)
+  assert plots.fit_slope(x, 7.0 * x ** 1.5 * np.exp([0.01, -0.01, 0.01, -0.01])) == pytest.approx(1.5, abs=0.02)
+  assert plots.fit_slope([1024], [1.0]) is None
+  assert plots.fit_slope([1, 2], [0.0, np.nan]) is None
+
+
+def test_write_report_files(tmp_path, fast_compile):
+  results_dir, out = str(tmp_path / "results"), str(tmp_path / "report")
+  for r in RECORDS + BENCH:
+    results.append_record(results_dir, r)
+  paths = report.write_report(results_dir, out, attention_names=["vanilla"], command="lra-bench report")
+  names = {os.path.basename(p) for p in paths}
+  for name in ("index.md", "accuracy_lra.md", "accuracy_lra.csv", "accuracy_lra.tex", "accuracy_smoke.md",
+               "efficiency_train_b4_cpu.md", "efficiency_train_b4_cpu.csv", "scaling_train_b4_cpu.png",
+               "scaling_train_b4_cpu.svg", "bubble_lra.png", "bubble_lra.svg", "attention_patterns.png",
+               "attention_patterns.svg"):
+    assert name in names, name
+    assert os.path.getsize(os.path.join(out, name)) > 0, name
+  with open(os.path.join(out, "index.md")) as f:
+    index = f.read()
+  assert "](scaling_train_b4_cpu.png)" in index and "](attention_patterns.png)" in index
+  assert "cpu / cpu × 1" in index and "jax 0.10.2" in index and "`lra`" in index
+
+
+def test_viz_attention_command(tmp_path, fast_compile):
+  (path,) = commands.viz_attention("vanilla", 16, str(tmp_path / "v.svg"))
+  assert os.path.getsize(path) > 0
+  with pytest.raises(ValueError, match="unknown attention 'nope'"):
+    commands.viz_attention("nope", 16, str(tmp_path / "n.png"))
