@@ -57,10 +57,10 @@ def learning_rate_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
   """The LRA ``create_learning_rate_scheduler``: a product of named factors.
 
   ``constant`` (times learning_rate), ``linear_warmup`` (min(1, step/warmup)), ``rsqrt_decay``
-  (1/sqrt(max(step, warmup))), ``cosine_decay`` (0.5(1 + cos(pi·((step-warmup)/cycle mod 1)))).
+  (1/sqrt(max(step, warmup))), ``linear_decay`` (clip((cycle - step)/(cycle - warmup), 0, 1)), ``cosine_decay`` (0.5(1 + cos(pi·((step-warmup)/cycle mod 1)))).
   """
   factors = [f.strip() for f in opt.schedule.split("*")]
-  known = {"constant", "linear_warmup", "rsqrt_decay", "cosine_decay"}
+  known = {"constant", "linear_warmup", "rsqrt_decay", "linear_decay", "cosine_decay"}
   unknown = set(factors) - known
   if unknown:
     raise config_lib.ConfigError(f"unknown schedule factor(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -76,6 +76,9 @@ def learning_rate_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
         lr = lr * jnp.minimum(1.0, step / max(warmup, 1.0))
       elif factor == "rsqrt_decay":
         lr = lr / jnp.sqrt(jnp.maximum(step, max(warmup, 1.0)))
+      elif factor == "linear_decay":  # to 0 at steps_per_cycle (PyTorch OneCycle, linear anneal)
+        span = max(float(opt.steps_per_cycle) - warmup, 1.0)
+        lr = lr * jnp.clip((float(opt.steps_per_cycle) - step) / span, 0.0, 1.0)
       elif factor == "cosine_decay":
         progress = jnp.maximum(0.0, (step - warmup) / float(opt.steps_per_cycle))
         lr = lr * 0.5 * (1.0 + jnp.cos(jnp.pi * (progress % 1.0)))
@@ -257,8 +260,10 @@ def create_model(config: ml_collections.ConfigDict, task: tasks_lib.Task) -> mod
   return models.Classifier(config.model, task.vocab_size, task.num_classes, task.dual_input)
 
 
-def dummy_batch(task: tasks_lib.Task, batch_size: int, max_length: int) -> dict[str, np.ndarray]:
-  batch = {key: np.ones((batch_size, max_length), np.int32) for key in task.input_keys}
+def dummy_batch(task: tasks_lib.Task, batch_size: int, max_length: int,
+                input_kind: str = "tokens") -> dict[str, np.ndarray]:
+  dtype = np.float32 if input_kind == "pixels" else np.int32
+  batch = {key: np.ones((batch_size, max_length), dtype) for key in task.input_keys}
   batch["targets"] = np.zeros((batch_size,), np.int32)
   return batch
 
@@ -266,7 +271,7 @@ def dummy_batch(task: tasks_lib.Task, batch_size: int, max_length: int) -> dict[
 def init_state(config, model, tx, task) -> TrainState:
   rng = jax.random.PRNGKey(config.seed)
   params_rng, dropout_rng, attention_rng, train_rng = jax.random.split(rng, 4)
-  batch = dummy_batch(task, 2, config.data.max_length)
+  batch = dummy_batch(task, 2, config.data.max_length, config.model.get("input_kind", "tokens"))
   variables = jax.jit(functools.partial(model.init, deterministic=True))(
       {"params": params_rng, "dropout": dropout_rng, "attention": attention_rng}, batch)
   variables = dict(variables)
@@ -284,6 +289,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
   task = tasks_lib.get_task(config.task)
   max_length = config.data.max_length
   data_options = dict(config.data.options)
+  if config.model.get("input_kind", "tokens") == "pixels":
+    data_options["input_kind"] = "pixels"  # one knob: the model's input kind picks the task's inputs
   logging.info("task %s, attention %s, protocol %s, seed %d, devices %s", config.task,
                config.model.attention, config.protocol, config.seed, jax.devices())
 
