@@ -120,14 +120,14 @@ def unpack(archive: str, data_dir: str) -> list[str]:
 
 def download_lra_release(data_dir: str, *, url: str = LRA_RELEASE_URL, sha256: str | None = None,
                          size: int | None = None, keep_archive: bool = True, retries: int = 5,
-                         progress: bool = True) -> str:
+                         backoff: float = 1.0, progress: bool = True) -> str:
   """Fetches and unpacks the LRA release into ``data_dir``; returns ``<data_dir>/lra_release``."""
   target = os.path.join(data_dir, "lra_release")
   if os.path.isdir(target):
     logging.info("%s already exists", target)
     return target
   archive = os.path.join(data_dir, os.path.basename(url.split("?")[0]) or "lra_release.gz")
-  fetch(url, archive, size=size, sha256=sha256, retries=retries, progress=progress)
+  fetch(url, archive, size=size, sha256=sha256, retries=retries, backoff=backoff, progress=progress)
   placed = unpack(archive, data_dir)
   if not keep_archive:
     os.remove(archive)
