@@ -35,6 +35,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.attention_dropout_rate = 0.1
   c.model.pooling = "CLS"               # CLS prepends a learned (zero-init) vector, so length + 1
   c.model.positions = "sinusoidal"      # LRA default: fixed sinusoidal (learn_pos_emb=False)
+  c.model.input_kind = "tokens"         # "pixels": float pixels through a dense projection (image tasks)
 
   c.data = ml_collections.ConfigDict()
   c.data.max_length = 2000
@@ -69,7 +70,105 @@ def listops(c: ml_collections.ConfigDict) -> None:
   c.eval_every = 50                     # eval_frequency 50, full validation set
 
 
-TASKS = {"listops": listops}
+def text(c: ml_collections.ConfigDict) -> None:
+  """text_classification/configs/base_tc_config.py (+ transformer_base.py)."""
+  c.model.num_heads = 4
+  c.model.emb_dim = 256
+  c.model.qkv_dim = 256
+  c.model.mlp_dim = 1024
+  c.data.max_length = 1000              # the LRA code config (the paper says 4K: --set data.max_length=4000)
+  c.data.shuffle_buffer = 256           # LRA text pipeline
+  c.data.options.validation = "holdout" # train[90%:]; "test" = LRA's test-as-validation (parity)
+  c.num_train_steps = 20_000
+  c.optimizer.warmup_steps = 8000
+
+
+def retrieval(c: ml_collections.ConfigDict) -> None:
+  """matching/configs/base_match_config.py (+ transformer_base.py); 4000 bytes per document."""
+  c.model.num_heads = 4
+  c.model.emb_dim = 128
+  c.model.qkv_dim = 128
+  c.model.mlp_dim = 512
+  c.data.max_length = 4000
+  c.data.shuffle_buffer = 2048          # LRA matching pipeline (after a 10k CSV shuffle)
+  c.num_train_steps = 5000
+  c.optimizer.warmup_steps = 8000       # as the repo: the run ends inside the warm-up (max lr 3.5e-4)
+
+
+def image(c: ml_collections.ConfigDict) -> None:
+  """image/configs/cifar10/base_cifar10_config.py (+ transformer config, 8 heads per commit ee6649e)."""
+  c.model.num_layers = 1
+  c.model.num_heads = 8
+  c.model.emb_dim = 128
+  c.model.qkv_dim = 64
+  c.model.mlp_dim = 128
+  c.model.dropout_rate = 0.3
+  c.model.attention_dropout_rate = 0.2
+  c.model.positions = "learned"
+  c.data.max_length = 1024              # 32 x 32 gray pixels
+  c.data.shuffle_buffer = 256
+  c.batch_size = 256
+  c.num_train_steps = 35_000            # 200 epochs x 175 steps
+  c.optimizer.learning_rate = 5e-4
+  c.optimizer.schedule = COSINE
+  c.optimizer.warmup_steps = 175        # one epoch
+  c.optimizer.steps_per_cycle = 35_000
+  c.optimizer.weight_decay = 0.0
+  c.eval_every = 175
+
+
+def pathfinder(c: ml_collections.ConfigDict) -> None:
+  """image/configs/pathfinder32/ transformer config; pathfinder32_hard (contour 14), LRA issue #11."""
+  c.model.num_heads = 4
+  c.model.emb_dim = 32
+  c.model.qkv_dim = 16
+  c.model.mlp_dim = 32
+  c.model.dropout_rate = 0.2
+  c.model.attention_dropout_rate = 0.1
+  c.model.pooling = "MEAN"
+  c.model.positions = "sinusoidal"      # learn_pos_emb=False in the repo config (see LRA issue #60)
+  c.data.max_length = 1024
+  c.data.options.contour_length = 14
+  c.data.prepare.contour_length = 14
+  c.data.prepare.num_images = 200_000   # per difficulty, as the release (160k/20k/20k)
+  c.batch_size = 512
+  c.num_train_steps = 62_400            # 200 epochs x 312 steps
+  c.optimizer.learning_rate = 1e-3
+  c.optimizer.schedule = COSINE
+  c.optimizer.warmup_steps = 312
+  c.optimizer.steps_per_cycle = 62_400
+  c.optimizer.weight_decay = 0.0
+  c.eval_every = 312
+
+
+def pathx(c: ml_collections.ConfigDict) -> None:
+  """image/configs/pathfinder128/ transformer config (Path-X = pathfinder128_hard)."""
+  c.model.num_layers = 1
+  c.model.num_heads = 2
+  c.model.emb_dim = 32
+  c.model.qkv_dim = 16
+  c.model.mlp_dim = 32
+  c.model.dropout_rate = 0.1
+  c.model.attention_dropout_rate = 0.1
+  c.model.pooling = "MEAN"
+  c.model.positions = "learned"
+  c.data.max_length = 128 * 128
+  c.data.options.contour_length = 14
+  c.data.prepare.contour_length = 14
+  c.data.prepare.num_images = 200_000
+  c.batch_size = 64
+  c.num_train_steps = 500_000           # 200 epochs x 2500 steps
+  c.optimizer.learning_rate = 1e-3
+  c.optimizer.schedule = COSINE
+  c.optimizer.warmup_steps = 2500
+  c.optimizer.steps_per_cycle = 500_000
+  c.optimizer.weight_decay = 0.0
+  c.optimizer.grad_clip_norm = 1.0
+  c.eval_every = 2500
+
+
+TASKS = {"listops": listops, "text": text, "retrieval": retrieval, "image": image, "pathfinder": pathfinder,
+         "pathx": pathx}
 
 
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:

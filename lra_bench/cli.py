@@ -1,7 +1,9 @@
 """The ``lra-bench`` command line: flags + one call per command (logic lives in ``commands.py``).
 
   lra-bench list [attentions|tasks|protocols]
-  lra-bench data prepare listops [--protocol smoke] [--num_train N ...] [--data_dir DIR]
+  lra-bench data prepare <task> [--protocol smoke] [--num_train N ...] [--data_dir DIR]
+  lra-bench data prepare pathfinder --resolution 32 --contour_length 14 --num_images N --seed S
+  lra-bench data download lra-release [--data_dir DIR] [--url URL] [--sha256 HEX]
   lra-bench train --task listops --attention vanilla --protocol smoke --seed 0 --workdir DIR
   lra-bench suite --protocol smoke --tasks all --attentions all --seeds 0,1,2 --results_dir DIR
   lra-bench bench --lengths 1024,2048,4096 --attentions all --batch_size 32 --mode train --results_dir DIR
@@ -33,13 +35,20 @@ flags.DEFINE_string("results_dir", None, "Also append the record to <results_dir
 flags.DEFINE_multi_string("set", [], "Config override key=value (repeatable), e.g. model.num_layers=2.")
 flags.DEFINE_bool("force", False, "Rerun a finished run from scratch.")
 # data prepare options (None = the task's / protocol's default)
-flags.DEFINE_string("name", None, "ListOps: file name prefix (basic_*.tsv).")
+flags.DEFINE_string("name", None, "ListOps: file name prefix (basic_*.tsv); Pathfinder: sub-folder.")
 flags.DEFINE_integer("num_train", None, "Generated training examples.")
 flags.DEFINE_integer("num_val", None, "Generated validation examples.")
 flags.DEFINE_integer("num_test", None, "Generated test examples.")
 flags.DEFINE_integer("min_length", None, "ListOps: keep expressions longer than this.")
 flags.DEFINE_integer("max_length", None, "ListOps: keep expressions shorter than this.")
 flags.DEFINE_bool("overwrite", None, "Regenerate data that already exists.")
+flags.DEFINE_integer("resolution", None, "Pathfinder: image side (32, 64, 128, 256).")
+flags.DEFINE_integer("contour_length", None, "Pathfinder: 6 (easy), 9 (intermediate), 14 (hard).")
+flags.DEFINE_integer("num_images", None, "Pathfinder: images to generate (release: 200000).")
+flags.DEFINE_integer("images_per_batch", None, "Pathfinder: images per imgs/<batch> folder.")
+flags.DEFINE_integer("workers", None, "Pathfinder: generator processes (default: all cores).")
+flags.DEFINE_string("url", None, "data download: URL of the LRA tarball (default: the official one).")
+flags.DEFINE_string("sha256", None, "data download: expected sha256 of the tarball.")
 
 # suite
 flags.DEFINE_string("tasks", "all", "suite: 'all' or a comma list of tasks.")
@@ -63,7 +72,8 @@ flags.DEFINE_string("out", None, "report: output directory (default <results_dir
 flags.DEFINE_string("reference_dir", None, "report: published numbers (default reports/reference).")
 flags.DEFINE_integer("length", 64, "viz / report: sequence length of the effective-attention probe.")
 
-PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_length", "overwrite")
+PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_length", "overwrite",
+                 "resolution", "contour_length", "num_images", "images_per_batch", "workers")
 
 USAGE = __doc__
 
@@ -75,7 +85,8 @@ def _data_dir() -> str:
 def main(argv: list[str]) -> int:
   from lra_bench import commands
   from lra_bench.config import ConfigError
-  from tasks import DataError
+  from lra_bench.download import DownloadError
+  from tasks import DataError, MissingDataError
 
   words = argv[1:]
   try:
@@ -88,6 +99,8 @@ def main(argv: list[str]) -> int:
       if FLAGS["seed"].present:
         options["seed"] = FLAGS.seed
       print(commands.prepare_data(words[2], _data_dir(), FLAGS.protocol, options))
+    elif words == ["data", "download", "lra-release"]:
+      print(commands.download_lra_release(_data_dir(), FLAGS.url, FLAGS.sha256))
     elif words == ["train"]:
       if not FLAGS.task:
         raise ConfigError("train needs --task (lra-bench list shows the tasks)")
@@ -125,7 +138,10 @@ def main(argv: list[str]) -> int:
     else:
       print(f"error: unknown command {' '.join(words)!r}\n{USAGE}", file=sys.stderr)
       return 2
-  except (ConfigError, DataError, ValueError, TypeError) as err:
+  except MissingDataError as err:  # one line: what is missing and the command that makes it
+    print("error: no data: " + " ".join(line.strip() for line in str(err).splitlines()), file=sys.stderr)
+    return 1
+  except (ConfigError, DataError, DownloadError, ValueError, TypeError) as err:
     print(f"error: {err}", file=sys.stderr)
     return 2
   return 0

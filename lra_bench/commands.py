@@ -48,6 +48,13 @@ def prepare_data(task_name: str, data_dir: str, protocol: str | None = None,
   return path
 
 
+def download_lra_release(data_dir: str, url: str | None = None, sha256: str | None = None) -> str:
+  from lra_bench import download
+
+  path = download.download_lra_release(data_dir, url=url or download.LRA_RELEASE_URL, sha256=sha256)
+  return f"LRA release in {path}"
+
+
 def train(task: str, attention: str, protocol: str, seed: int, workdir: str | None, data_dir: str,
           results_dir: str | None = None, overrides: Sequence[str] = (), force: bool = False) -> dict:
   from lra_bench import train as train_lib

@@ -87,6 +87,13 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = ()) -> ml_c
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
+  import tasks
+
+  kind = config.model.get("input_kind", "tokens")
+  if kind not in ("tokens", "pixels"):
+    raise ConfigError(f"model.input_kind must be 'tokens' or 'pixels', got {kind!r}")
+  if kind == "pixels" and not tasks.get_task(config.task).pixel_inputs:
+    raise ConfigError(f"task {config.task!r} has no float pixel inputs; use model.input_kind='tokens'")
   try:
     attention_zoo.attention_config(config.model.attention, **dict(config.model.attention_kwargs))
   except (ValueError, TypeError) as err:

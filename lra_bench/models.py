@@ -22,6 +22,7 @@ import attention_zoo
 
 POOLINGS = ("CLS", "MEAN", "SUM", "MAX")
 POSITIONS = ("sinusoidal", "learned", "none")
+INPUT_KINDS = ("tokens", "pixels")
 
 
 def sinusoidal_positions(length: int, dim: int, max_scale: float = 10_000.0) -> np.ndarray:
@@ -80,18 +81,32 @@ class EncoderBlock(nn.Module):
 
 
 class Encoder(nn.Module):
-  """Tokens [B, T] -> (features [B, T', E], mask [B, T']) with T' = T + 1 when a CLS is prepended."""
+  """Inputs [B, T] -> (features [B, T', E], mask [B, T']) with T' = T + 1 when a CLS is prepended.
+
+  ``model.input_kind``: ``tokens`` (int ids, embedded; id 0 is padding — pixel tasks shift pixels by one
+  so black is not padding) or ``pixels`` (float values, one per position, through a dense projection;
+  nothing is padding).
+  """
 
   config: Any
   vocab_size: int
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, tokens, deterministic: bool):
+  def __call__(self, inputs, deterministic: bool):
     c = self.config
-    mask = tokens > 0  # pad id 0 (pixel tasks shift pixels by one so black is not padding)
-    x = nn.Embed(self.vocab_size, c.emb_dim, embedding_init=nn.initializers.normal(1.0),
-                 name="embed")(tokens).astype(self.dtype)
+    kind = c.get("input_kind", "tokens")
+    if kind == "tokens":
+      if not jnp.issubdtype(inputs.dtype, jnp.integer):
+        raise TypeError(f"model.input_kind='tokens' needs integer inputs, got {inputs.dtype}")
+      mask = inputs > 0
+      x = nn.Embed(self.vocab_size, c.emb_dim, embedding_init=nn.initializers.normal(1.0),
+                   name="embed")(inputs).astype(self.dtype)
+    elif kind == "pixels":
+      mask = jnp.ones(inputs.shape, bool)
+      x = nn.Dense(c.emb_dim, dtype=self.dtype, name="pixel_projection")(inputs[..., None].astype(self.dtype))
+    else:
+      raise ValueError(f"unknown model.input_kind {kind!r}; expected one of {INPUT_KINDS}")
     if c.pooling == "CLS":
       cls = self.param("cls", nn.initializers.zeros, (1, 1, c.emb_dim))
       x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, c.emb_dim)).astype(self.dtype), x], 1)

@@ -57,10 +57,10 @@ def learning_rate_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
   """The LRA ``create_learning_rate_scheduler``: a product of named factors.
 
   ``constant`` (times learning_rate), ``linear_warmup`` (min(1, step/warmup)), ``rsqrt_decay``
-  (1/sqrt(max(step, warmup))), ``cosine_decay`` (0.5(1 + cos(pi·((step-warmup)/cycle mod 1)))).
+  (1/sqrt(max(step, warmup))), ``linear_decay`` (clip((cycle - step)/(cycle - warmup), 0, 1)), ``cosine_decay`` (0.5(1 + cos(pi·((step-warmup)/cycle mod 1)))).
   """
   factors = [f.strip() for f in opt.schedule.split("*")]
-  known = {"constant", "linear_warmup", "rsqrt_decay", "cosine_decay"}
+  known = {"constant", "linear_warmup", "rsqrt_decay", "linear_decay", "cosine_decay"}
   unknown = set(factors) - known
   if unknown:
     raise config_lib.ConfigError(f"unknown schedule factor(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -76,6 +76,9 @@ def learning_rate_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
         lr = lr * jnp.minimum(1.0, step / max(warmup, 1.0))
       elif factor == "rsqrt_decay":
         lr = lr / jnp.sqrt(jnp.maximum(step, max(warmup, 1.0)))
+      elif factor == "linear_decay":  # to 0 at steps_per_cycle (PyTorch OneCycle, linear anneal)
+        span = max(float(opt.steps_per_cycle) - warmup, 1.0)
+        lr = lr * jnp.clip((float(opt.steps_per_cycle) - step) / span, 0.0, 1.0)
       elif factor == "cosine_decay":
         progress = jnp.maximum(0.0, (step - warmup) / float(opt.steps_per_cycle))
         lr = lr * 0.5 * (1.0 + jnp.cos(jnp.pi * (progress % 1.0)))
@@ -284,6 +287,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
   task = tasks_lib.get_task(config.task)
   max_length = config.data.max_length
   data_options = dict(config.data.options)
+  if config.model.get("input_kind", "tokens") == "pixels":
+    data_options["input_kind"] = "pixels"  # one knob: the model's input kind picks the task's inputs
   logging.info("task %s, attention %s, protocol %s, seed %d, devices %s", config.task,
                config.model.attention, config.protocol, config.seed, jax.devices())
 

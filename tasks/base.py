@@ -14,6 +14,10 @@ import shlex
 from typing import Any, ClassVar
 
 SPLITS = ("train", "validation", "test")
+INPUT_KINDS = ("tokens", "pixels")
+# Pixel tasks feed intensity tokens pixel + 1 (1..256), so that 0 stays the padding id and black pixels
+# are attended to (the original LRA masked every black pixel as padding: `inputs > 0`).
+PIXEL_VOCAB = 257
 
 
 class DataError(ValueError):
@@ -68,6 +72,7 @@ class Task:
   vocab_size: ClassVar[int]
   max_length: ClassVar[int]
   dual_input: ClassVar[bool] = False
+  pixel_inputs: ClassVar[bool] = False   # also offers float pixels (model.input_kind = "pixels")
   chance_accuracy: ClassVar[float]
 
   @property
@@ -108,3 +113,30 @@ def batched(examples: Examples, batch_size: int, *, seed: int = 0, repeat: bool 
   options = tf.data.Options()
   options.deterministic = True
   return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def pixel_inputs_fn(input_kind: str, mean: float, std: float):
+  """A tf function uint8 pixels [..., T] -> model inputs.
+
+  ``tokens``: int32 pixel + 1 (vocab ``PIXEL_VOCAB``; 0 is never a pixel). ``pixels``: float32
+  (pixel - mean) / std on the 0..255 scale, for a dense input projection (the S4 convention).
+  """
+  tf = import_tf()
+  if input_kind == "tokens":
+    return lambda pixels: tf.cast(pixels, tf.int32) + 1
+  if input_kind == "pixels":
+    return lambda pixels: (tf.cast(pixels, tf.float32) - mean) / std
+  raise ValueError(f"unknown input_kind {input_kind!r}; expected one of {INPUT_KINDS}")
+
+
+def fit_length_fn(max_length: int):
+  """A tf function: truncates or zero-pads a rank-1 tensor to ``max_length`` (static shape)."""
+  tf = import_tf()
+
+  def fit(ids):
+    ids = ids[:max_length]
+    ids = tf.pad(ids, [[0, max_length - tf.shape(ids)[0]]])
+    ids.set_shape([max_length])
+    return ids
+
+  return fit

@@ -1,0 +1,354 @@
+"""Pathfinder (32x32, LRA "Pathfinder") and Path-X (128x128): the release layout, a generator that writes
+it (``tasks.pathfinder_gen``), and a reader for it (generated here or the official ``lra_release``).
+
+Layout (generators.md §2.6), under ``<data_dir>`` or ``<data_dir>/lra_release`` (and under
+``<data_dir>/<name>`` for a named variant such as the smoke protocol's):
+
+  pathfinder<W>/<difficulty dir>/imgs/<batch>/sample_<i>.png
+  pathfinder<W>/<difficulty dir>/metadata/<batch>.npy    # text, one line per image:
+      imgs/<batch> sample_<i>.png <i> <label> <continuity> <contour> <distractor len> <paddle len>
+      <paddle thickness> <paddle margin> <#paddle contrasts>
+
+Difficulty dirs: contour 6 ``curv_baseline``, 9 ``curv_contour_length_9``, 14 ``curv_contour_length_14``.
+
+Reading: the PNGs are decoded once and cached as one uint8 ``.npy`` (pixels, row-major) plus labels in
+``<difficulty dir>/lra_bench_cache/`` (atomic writes; keyed by the metadata files' names, sizes and
+mtimes), so training starts in seconds and the tf.data pipeline is a plain array slice. Empty and
+undecodable PNGs (the release has an empty ``curv_baseline/imgs/0/sample_172.png``) are skipped and
+counted in one log line. The split is a seeded permutation cut 80/10/10 (``split_seed``, default 0),
+independent of the run seed. Pixels become tokens pixel + 1 (vocab 257), or normalised floats.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+from typing import ClassVar
+
+import numpy as np
+
+from tasks import register_task
+from tasks import pathfinder_gen as gen
+from tasks.base import (PIXEL_VOCAB, DataError, Examples, MissingDataError, Task, fit_length_fn, import_tf,
+                        pixel_inputs_fn)
+
+DIFFICULTY_DIRS = {6: "curv_baseline", 9: "curv_contour_length_9", 14: "curv_contour_length_14"}
+META_FILE = "lra_bench_meta.json"
+CACHE_DIR = "lra_bench_cache"
+GENERATOR_VERSION = "lra-bench pathfinder v1"
+SPLIT_FRACTIONS = (0.8, 0.1)          # train, validation; test is the rest (LRA: 160k/20k/20k of 200k)
+PIXEL_MEAN, PIXEL_STD = 127.5, 127.5  # floats: (x/255 - 0.5)/0.5, the S4 convention
+IN_MEMORY_BYTES = 1 << 30             # larger splits are read from the memory-mapped cache
+
+
+def difficulty_dir(root: str, resolution: int, contour_length: int) -> str:
+  if contour_length not in DIFFICULTY_DIRS:
+    raise ValueError(f"contour_length must be one of {sorted(DIFFICULTY_DIRS)}, got {contour_length}")
+  return os.path.join(root, f"pathfinder{resolution}", DIFFICULTY_DIRS[contour_length])
+
+
+def metadata_line(batch: int, index: int, label: int, res: gen.Resolution, contour_length: int,
+                  margin: int) -> str:
+  """The 11 release fields (e.g. ``imgs/0 sample_0.png 0 0 1.0 14 4 2 0.5 1 1``)."""
+  fields = [f"imgs/{batch}", f"sample_{index}.png", index, label, float(res.continuity), contour_length,
+            res.distractor_length(contour_length), res.paddle_length, res.paddle_thickness, margin, 1]
+  return " ".join(map(str, fields))
+
+
+def batch_seed(seed: int, resolution: int, contour_length: int, batch: int) -> np.random.Generator:
+  """Each batch has its own stream, so the images do not depend on how batches go to workers."""
+  return np.random.default_rng([seed, resolution, contour_length, batch])
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "wb") as f:
+    f.write(data)
+  os.replace(tmp, path)
+
+
+def generate_batch(job: tuple) -> int:
+  """Writes ``imgs/<batch>/`` and then ``metadata/<batch>.npy`` (the marker of a finished batch)."""
+  from PIL import Image
+
+  out_dir, resolution, contour_length, batch, count, seed = job
+  rng = batch_seed(seed, resolution, contour_length, batch)
+  res = gen.RESOLUTIONS[resolution]
+  tmp = os.path.join(out_dir, "imgs", f".tmp-{batch}-{os.getpid()}")
+  shutil.rmtree(tmp, ignore_errors=True)
+  os.makedirs(tmp)
+  pools: dict = {}
+  lines = []
+  for i in range(count):
+    sample = gen.generate_image(resolution, contour_length, rng, pools)
+    Image.fromarray(sample.image, "L").save(os.path.join(tmp, f"sample_{i}.png"))
+    lines.append(metadata_line(batch, i, sample.label, res, contour_length, sample.margin))
+  final = os.path.join(out_dir, "imgs", str(batch))
+  shutil.rmtree(final, ignore_errors=True)
+  os.replace(tmp, final)
+  _write_atomic(os.path.join(out_dir, "metadata", f"{batch}.npy"), ("\n".join(lines) + "\n").encode())
+  return count
+
+
+def _stem_key(path: str):
+  stem = os.path.splitext(os.path.basename(path))[0]
+  return (0, int(stem), "") if stem.isdigit() else (1, 0, stem)
+
+
+def metadata_files(out_dir: str) -> list[str]:
+  return sorted(glob.glob(os.path.join(out_dir, "metadata", "*.npy")), key=_stem_key)
+
+
+def read_metadata(out_dir: str) -> list[tuple[str, int]]:
+  """(image path, label) per metadata line, in file order; malformed lines raise DataError(file:line)."""
+  files = metadata_files(out_dir)
+  if not files:
+    raise MissingDataError(f"no metadata files in {os.path.join(out_dir, 'metadata')}")
+  rows = []
+  for path in files:
+    with open(path, "rb") as f:
+      raw = f.read()
+    if raw.startswith(b"\x93NUMPY"):  # the original generator's np.save of a string array
+      lines = [" ".join(map(str, row)) for row in np.load(io.BytesIO(raw), allow_pickle=False)]
+    else:
+      try:
+        lines = raw.decode("utf-8").splitlines()
+      except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not a text metadata file ({err})") from None
+    for lineno, line in enumerate(lines, start=1):
+      fields = line.split()
+      if not fields:
+        continue
+      if len(fields) < 4:
+        raise DataError(f"{path}:{lineno}: expected at least 4 space-separated fields "
+                        f"(subpath, file name, index, label), got {len(fields)}")
+      if fields[3] not in ("0", "1"):
+        raise DataError(f"{path}:{lineno}: label (field 4) must be 0 or 1, got {fields[3]!r}")
+      rows.append((os.path.join(out_dir, fields[0], fields[1]), int(fields[3])))
+  return rows
+
+
+def decode_images(rows: list[tuple[str, int]], resolution: int) -> tuple[np.ndarray, np.ndarray, dict]:
+  """uint8 pixels [N, W*W] and int32 labels [N] of the readable images, plus skip counts."""
+  from PIL import Image
+
+  side = resolution
+  pixels = np.zeros((len(rows), side * side), np.uint8)
+  labels = np.zeros(len(rows), np.int32)
+  skipped = {"missing": [], "empty": [], "unreadable": []}
+  n = 0
+  for path, label in rows:
+    try:
+      with open(path, "rb") as f:
+        data = f.read()
+    except FileNotFoundError:
+      skipped["missing"].append(path)
+      continue
+    if not data:
+      skipped["empty"].append(path)
+      continue
+    try:
+      with Image.open(io.BytesIO(data)) as image:
+        array = np.asarray(image.convert("L"))
+    except Exception:  # noqa: BLE001 - truncated or corrupt PNG: skipped and counted
+      skipped["unreadable"].append(path)
+      continue
+    if array.shape != (side, side):
+      skipped["unreadable"].append(path)
+      continue
+    pixels[n], labels[n] = array.reshape(-1), label
+    n += 1
+  return pixels[:n], labels[:n], skipped
+
+
+def load(out_dir: str, resolution: int) -> tuple[np.ndarray, np.ndarray]:
+  """All readable images of one difficulty dir, decoded once and cached (memory-mapped on reuse)."""
+  files = metadata_files(out_dir)
+  if not files:
+    raise MissingDataError(f"no metadata files in {os.path.join(out_dir, 'metadata')}")
+  stats = [(os.path.basename(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
+  key = hashlib.sha256(json.dumps([resolution, stats]).encode()).hexdigest()[:16]
+  cache = os.path.join(out_dir, CACHE_DIR)
+  pixels_path, labels_path = (os.path.join(cache, f"{kind}-{key}.npy") for kind in ("pixels", "labels"))
+  if os.path.exists(labels_path) and os.path.exists(pixels_path):
+    return np.load(pixels_path, mmap_mode="r"), np.load(labels_path)
+  rows = read_metadata(out_dir)
+  logging.info("decoding %d Pathfinder PNGs in %s (once; cached in %s)", len(rows), out_dir, cache)
+  pixels, labels, skipped = decode_images(rows, resolution)
+  num_skipped = sum(map(len, skipped.values()))
+  if num_skipped:
+    first = next(paths[0] for paths in skipped.values() if paths)
+    logging.warning("%s: skipped %d of %d images (%d empty, %d unreadable, %d missing), e.g. %s",
+                    out_dir, num_skipped, len(rows), len(skipped["empty"]), len(skipped["unreadable"]),
+                    len(skipped["missing"]), first)
+  if not len(labels):
+    raise DataError(f"{out_dir}: none of the {len(rows)} images listed in its metadata could be read")
+  try:
+    os.makedirs(cache, exist_ok=True)
+    for path, array in ((pixels_path, pixels), (labels_path, labels)):  # labels last: marks complete
+      tmp = f"{path}.tmp-{os.getpid()}.npy"
+      np.save(tmp, array)
+      os.replace(tmp, path)
+  except OSError as err:  # e.g. a read-only copy of the release: work from memory
+    logging.warning("cannot cache decoded images in %s (%s); decoding again next time", cache, err)
+  return pixels, labels
+
+
+def split_indices(num_examples: int, split: str, split_seed: int) -> np.ndarray:
+  """The seeded 80/10/10 cut of a permutation of all readable examples."""
+  perm = np.random.default_rng(split_seed).permutation(num_examples)
+  n_train = int(SPLIT_FRACTIONS[0] * num_examples)
+  n_val = int(SPLIT_FRACTIONS[1] * num_examples)
+  cuts = {"train": perm[:n_train], "validation": perm[n_train:n_train + n_val],
+          "test": perm[n_train + n_val:]}
+  return cuts[split]
+
+
+def array_dataset(pixels: np.ndarray, labels: np.ndarray, indices: np.ndarray):
+  """tf.data of (uint8 pixels [W*W], int32 label) rows ``indices``; big splits read the memory map."""
+  tf = import_tf()
+  size = len(indices) * pixels.shape[1]
+  if size <= IN_MEMORY_BYTES:
+    return tf.data.Dataset.from_tensor_slices((np.asarray(pixels[indices]), labels[indices]))
+  width = pixels.shape[1]
+
+  def fetch(i):
+    return np.asarray(pixels[i]), labels[i]
+
+  def lookup(i):
+    row, label = tf.numpy_function(fetch, [i], (tf.uint8, tf.int32))
+    row.set_shape([width])
+    label.set_shape([])
+    return row, label
+
+  return tf.data.Dataset.from_tensor_slices(indices.astype(np.int64)).map(lookup)
+
+
+class _Pathfinder(Task):
+  num_classes = 2
+  vocab_size = PIXEL_VOCAB
+  pixel_inputs = True
+  chance_accuracy = 0.5
+  resolution: ClassVar[int]
+  contour_length: ClassVar[int] = 14   # LRA reports the hard split (issue #11)
+
+  def _root(self, data_dir: str, name: str) -> str:
+    return os.path.join(data_dir, name) if name else data_dir
+
+  def find(self, data_dir: str, contour_length: int, name: str = "") -> tuple[str, list[str]]:
+    """The difficulty dir holding metadata (``<data_dir>`` first, then ``<data_dir>/lra_release``) and
+    the paths looked at."""
+    root = self._root(data_dir, name)
+    looked = [difficulty_dir(root, self.resolution, contour_length)]
+    if not name:
+      looked.append(difficulty_dir(os.path.join(data_dir, "lra_release"), self.resolution, contour_length))
+    for path in looked:
+      if metadata_files(path):
+        return path, looked
+    return looked[0], looked
+
+  def prepare(self, data_dir: str, *, resolution: int | None = None, contour_length: int | None = None,
+              num_images: int = 200_000, seed: int = 0, images_per_batch: int = 1000,
+              workers: int | None = None, name: str = "", overwrite: bool = False,
+              progress: bool = True) -> str:
+    """Generates ``num_images`` images into the release layout (idempotent, resumable, atomic per batch).
+
+    Batches already written with the same options are kept (an interrupted run continues); files from
+    elsewhere (the official release) are never touched unless ``overwrite=True``.
+    """
+    from tqdm import tqdm
+
+    resolution = resolution or self.resolution
+    contour_length = contour_length or self.contour_length
+    if resolution not in gen.RESOLUTIONS:
+      raise ValueError(f"resolution must be one of {sorted(gen.RESOLUTIONS)}, got {resolution}")
+    if num_images < 1 or images_per_batch < 1:
+      raise ValueError("num_images and images_per_batch must be positive")
+    out_dir = difficulty_dir(self._root(data_dir, name), resolution, contour_length)
+    options = dict(resolution=resolution, contour_length=contour_length, num_images=num_images, seed=seed,
+                   images_per_batch=images_per_batch, generator=GENERATOR_VERSION)
+    meta_path = os.path.join(out_dir, META_FILE)
+    if os.path.exists(meta_path):
+      with open(meta_path) as f:
+        existing = json.load(f)
+      if existing != options:
+        if not overwrite:
+          raise DataError(f"{out_dir} holds Pathfinder images generated with other options (see "
+                          f"{meta_path}); pass --overwrite to regenerate them")
+        shutil.rmtree(out_dir)
+    elif metadata_files(out_dir):
+      if not overwrite:
+        logging.info("found Pathfinder files without generator metadata in %s (official release?); "
+                     "keeping them", out_dir)
+        return out_dir
+      shutil.rmtree(out_dir)
+    os.makedirs(os.path.join(out_dir, "imgs"), exist_ok=True)
+    os.makedirs(os.path.join(out_dir, "metadata"), exist_ok=True)
+    if not os.path.exists(meta_path):
+      _write_atomic(meta_path, json.dumps(options, indent=1).encode())
+    num_batches = -(-num_images // images_per_batch)
+    jobs = [(out_dir, resolution, contour_length, b, min(images_per_batch, num_images - b * images_per_batch),
+             seed) for b in range(num_batches)
+            if not os.path.exists(os.path.join(out_dir, "metadata", f"{b}.npy"))]
+    if not jobs:
+      logging.info("Pathfinder data already prepared in %s", out_dir)
+      return out_dir
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    done = num_images - sum(job[4] for job in jobs)
+    with tqdm(total=num_images, initial=done, desc=f"pathfinder{resolution} contour {contour_length}",
+              unit="img", disable=not progress) as bar:
+      if workers == 1:
+        for job in jobs:
+          bar.update(generate_batch(job))
+      else:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+          for count in pool.imap_unordered(generate_batch, jobs):
+            bar.update(count)
+    return out_dir
+
+  def examples(self, data_dir: str, split: str, *, max_length: int, contour_length: int | None = None,
+               split_seed: int = 0, input_kind: str = "tokens", name: str = "", limit: int = 0) -> Examples:
+    contour_length = contour_length or self.contour_length
+    out_dir, looked = self.find(data_dir, contour_length, name)
+    if not metadata_files(out_dir):
+      options = {"contour_length": contour_length, **({"name": name} if name else {})}
+      raise MissingDataError(
+          f"{self.name} data not found: no metadata/*.npy in {' or '.join(looked)}.\n"
+          f"Generate it with:\n  {self.prepare_command(data_dir, **options)}\n"
+          "(or unpack the official release there: lra-bench data download lra-release)")
+    pixels, labels = load(out_dir, self.resolution)
+    indices = split_indices(len(labels), split, split_seed)
+    if limit:
+      indices = indices[:limit]
+    if not len(indices):
+      raise DataError(f"{out_dir}: the {split} split is empty ({len(labels)} readable images)")
+    side = self.resolution * self.resolution
+    num_truncated = len(indices) if max_length < side else 0
+    if num_truncated:
+      logging.warning("%s: images of %d pixels are truncated to max_length=%d", out_dir, side, max_length)
+    tf = import_tf()
+    to_inputs, fit = pixel_inputs_fn(input_kind, PIXEL_MEAN, PIXEL_STD), fit_length_fn(max_length)
+    ds = array_dataset(pixels, labels, indices).map(
+        lambda p, y: {"inputs": fit(to_inputs(p)), "targets": y},
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return Examples(ds, len(indices), num_truncated, f"{out_dir} ({split}, split_seed {split_seed})")
+
+
+@register_task
+class Pathfinder(_Pathfinder):
+  name = "pathfinder"
+  resolution = 32
+  max_length = 32 * 32
+
+
+@register_task
+class PathX(_Pathfinder):
+  name = "pathx"
+  resolution = 128
+  max_length = 128 * 128
