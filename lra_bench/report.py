@@ -317,12 +317,12 @@ def _missing_notes(cells: pd.DataFrame, protocol: str, results_dir: str) -> list
       continue
     if len(missing) == len(col) and set(missing.status) <= {"missing", "no_data"}:
       prepare = next((re.search(r"lra-bench data prepare [^\n]*", e).group(0) for e in missing.error
-                      if e and re.search(r"lra-bench data prepare", e)), None)
+                      if isinstance(e, str) and re.search(r"lra-bench data prepare", e)), None)
       fix = _fix_command(protocol, task, "all", cells.attrs.get("seeds", [0]), results_dir)
       notes.append(f"{title}: no data for any attention. Fix: `{(prepare + ' && ') if prepare else ''}{fix}`")
       continue
     for _, c in missing.iterrows():
-      reason = f" — {c['error'].splitlines()[0][:160]}" if c["error"] else ""
+      reason = f" — {c['error'].splitlines()[0][:160]}" if isinstance(c["error"], str) and c["error"] else ""
       notes.append(f"{c['attention']} / {title}: {STATUS_TEXT.get(c['status'], c['status'])}{reason}. "
                    f"Fix: `{c['fix']}`")
   return notes

@@ -58,7 +58,7 @@ def _by_attention(results_dir):
 
 def test_skip_resume_and_failures_become_records(listops_dir, fake_attentions, tmp_path, fast_compile):
   results_dir = str(tmp_path / "results")
-  kwargs = dict(tasks="all", attentions="vanilla,test_interrupt,test_failing", seeds="0",
+  kwargs = dict(tasks="listops", attentions="vanilla,test_interrupt,test_failing", seeds="0",
                 results_dir=results_dir, progress=False,
                 overrides=tiny_overrides(num_train_steps=8, eval_every=8, checkpoint_every=8))
 
