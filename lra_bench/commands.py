@@ -56,3 +56,11 @@ def train(task: str, attention: str, protocol: str, seed: int, workdir: str | No
   config = config_lib.load_config(protocol, task, overrides)
   workdir = workdir or os.path.join("runs", protocol, task, f"{attention}_seed{seed}")
   return train_lib.run(config, workdir, data_dir, results_dir, force=force)
+
+
+def start_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
+                      process_id: int | None = None, distributed: bool | None = None) -> bool:
+  """Joins a multi-host run when flags or the environment say so (before any device is touched)."""
+  from lra_bench import parallel
+
+  return parallel.initialize(coordinator_address, num_processes, process_id, distributed)

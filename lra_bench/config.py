@@ -87,6 +87,9 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = ()) -> ml_c
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
+  from lra_bench import parallel  # imports this module
+
+  parallel.check_config(config)
   try:
     attention_zoo.attention_config(config.model.attention, **dict(config.model.attention_kwargs))
   except (ValueError, TypeError) as err:
