@@ -335,7 +335,7 @@ def init_state(config, model, tx, batch: dict[str, np.ndarray], *, shardings=Non
   """Parameters from PRNGKey(seed); ``batch`` only provides shapes.
 
   ``shardings``: None (default placement), or a function from the abstract state to its shardings
-  (``state_shardings`` below); the state is then created directly where it lives (no host copy).
+  (``partial(parallel.state_shardings, mesh=...)``); the state is then created where it lives.
   """
   def create():
     rng = jax.random.PRNGKey(config.seed)
