@@ -43,7 +43,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.options = ml_collections.ConfigDict()   # passed to Task.examples (e.g. ListOps file name)
   c.data.prepare = ml_collections.ConfigDict()   # passed to Task.prepare by `data prepare --protocol`
 
-  c.batch_size = 32
+  c.batch_size = 32                     # the global batch: over all devices and accumulation steps
+  # Scale-out (lra_bench/parallel.py). Gradient accumulation: the batch is run as this many equal
+  # micro-batches, one optimizer step (same result, 1/accumulate_steps of the activation memory).
+  c.accumulate_steps = 1
+  c.precision = "float32"               # or "bfloat16": bf16 activations/matmuls; params, softmax, norms, loss f32
+  c.param_sharding = "replicated"       # or "fsdp": large params/optimizer moments split over the devices
   c.num_train_steps = 5000
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.learning_rate = 0.05      # `constant` factor

@@ -34,6 +34,12 @@ flags.DEFINE_string("data_dir", None, "Data root (default $LRA_DATA_DIR or ~/lra
 flags.DEFINE_string("results_dir", None, "Also append the record to <results_dir>/results.jsonl.")
 flags.DEFINE_multi_string("set", [], "Config override key=value (repeatable), e.g. model.num_layers=2.")
 flags.DEFINE_bool("force", False, "Rerun a finished run from scratch.")
+# multi-host (lra_bench/parallel.py); unset = one process unless the environment says otherwise
+flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0 (jax.distributed).")
+flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
+flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
+flags.DEFINE_bool("distributed", None, "Multi-host: force (or forbid) jax.distributed.initialize() with "
+                  "the cluster auto-detected (Cloud TPU pod slices, Slurm, Open MPI).")
 # data prepare options (None = the task's / protocol's default)
 flags.DEFINE_string("name", None, "ListOps: file name prefix (basic_*.tsv); Pathfinder: sub-folder.")
 flags.DEFINE_integer("num_train", None, "Generated training examples.")
@@ -104,6 +110,8 @@ def main(argv: list[str]) -> int:
     elif words == ["train"]:
       if not FLAGS.task:
         raise ConfigError("train needs --task (lra-bench list shows the tasks)")
+      commands.start_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
+                                 FLAGS.distributed)
       record = commands.train(FLAGS.task, FLAGS.attention, FLAGS.protocol or "lra", FLAGS.seed,
                               FLAGS.workdir, _data_dir(), FLAGS.results_dir, FLAGS.set, FLAGS.force)
       if record["status"] != "ok":

@@ -99,3 +99,11 @@ def viz_attention(name: str, length: int = 64, out: str | None = None) -> list[s
 
   attention_zoo.attention_config(name)  # unknown name -> ValueError listing the known ones
   return viz.plot_attention(name, out or viz.default_out(name, length), length)
+
+
+def start_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
+                      process_id: int | None = None, distributed: bool | None = None) -> bool:
+  """Joins a multi-host run when flags or the environment say so (before any device is touched)."""
+  from lra_bench import parallel
+
+  return parallel.initialize(coordinator_address, num_processes, process_id, distributed)

@@ -88,7 +88,9 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = ()) -> ml_c
 
 def validate(config: ml_collections.ConfigDict) -> None:
   import tasks
+  from lra_bench import parallel  # imports this module
 
+  parallel.check_config(config)
   kind = config.model.get("input_kind", "tokens")
   if kind not in ("tokens", "pixels"):
     raise ConfigError(f"model.input_kind must be 'tokens' or 'pixels', got {kind!r}")

@@ -27,7 +27,8 @@ FIELDS = (
     "test_accuracy", "test_accuracy_last", "best_val_accuracy", "best_step", "train_steps",
     "num_params", "steps_per_second", "examples_per_second", "compile_seconds", "wall_seconds",
     "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length", "batch_size",
-    "backend", "device_kind", "num_devices", "versions", "git_sha", "config", "config_hash",
+    "backend", "device_kind", "num_devices", "num_processes", "per_device_batch_size", "accumulate_steps",
+    "precision", "versions", "git_sha", "config", "config_hash",
 )
 
 

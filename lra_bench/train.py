@@ -13,6 +13,7 @@ so a killed run continued with the same command ends with the same numbers as an
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import math
@@ -33,7 +34,7 @@ import orbax.checkpoint as ocp
 
 import tasks as tasks_lib
 from lra_bench import config as config_lib
-from lra_bench import models, results
+from lra_bench import models, parallel, results
 
 
 class TrainingError(RuntimeError):
@@ -109,24 +110,65 @@ def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
   return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
 
 
+def _micro_batches(batch: dict[str, jax.Array], accumulate_steps: int) -> dict[str, jax.Array]:
+  """[B, ...] -> [A, B/A, ...]; micro-batch ``a`` holds rows a, a + A, a + 2A, ...
+
+  Strided rather than contiguous so that a batch sharded over devices along B stays where it is: every
+  device's rows split into A local micro-batches, and no example moves between devices.
+  """
+  def split(x):
+    return jnp.swapaxes(x.reshape(x.shape[0] // accumulate_steps, accumulate_steps, *x.shape[1:]), 0, 1)
+  return jax.tree.map(split, batch)
+
+
 def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Module,
-               tx: optax.GradientTransformation) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One optimizer step on ``batch``; dropout/attention randomness from fold_in(state.rng, step)."""
-  dropout_rng, attention_rng = jax.random.split(jax.random.fold_in(state.rng, state.step))
+               tx: optax.GradientTransformation,
+               accumulate_steps: int = 1) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One optimizer step on ``batch``; dropout/attention randomness from fold_in(state.rng, step).
+
+  With ``accumulate_steps = A > 1`` the batch is A equal micro-batches (``_micro_batches``) run one
+  after another in a ``lax.scan`` (so only one micro-batch's activations are alive); their mean
+  gradients are averaged in float32 (= the gradient of the mean loss over the batch) and the optimizer
+  steps once. Micro-batch ``a`` draws its randomness from fold_in(key of the step, a).
+  """
+  step_rng = jax.random.fold_in(state.rng, state.step)
   mutable = list(state.model_state) or False
 
-  def loss_fn(params):
-    out = model.apply(_variables(params, state.model_state), batch, deterministic=False,
-                      rngs={"dropout": dropout_rng, "attention": attention_rng}, mutable=mutable)
-    logits, new_model_state = out if mutable else (out, state.model_state)
-    loss = jnp.mean(cross_entropy(logits, batch["targets"]))
-    return loss, (logits, new_model_state)
+  def grads_of(params, model_state, micro_batch, rng):
+    dropout_rng, attention_rng = jax.random.split(rng)
 
-  (loss, (logits, new_model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    def loss_fn(params):
+      out = model.apply(_variables(params, model_state), micro_batch, deterministic=False,
+                        rngs={"dropout": dropout_rng, "attention": attention_rng}, mutable=mutable)
+      logits, new_model_state = out if mutable else (out, model_state)
+      loss = jnp.mean(cross_entropy(logits, micro_batch["targets"]))
+      return loss, (logits, new_model_state)
+
+    (loss, (logits, new_model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    accuracy = jnp.mean(jnp.argmax(logits, -1) == micro_batch["targets"])
+    return grads, new_model_state, loss, accuracy
+
+  if accumulate_steps == 1:
+    grads, new_model_state, loss, accuracy = grads_of(state.params, state.model_state, batch, step_rng)
+  else:
+    def body(carry, inputs):
+      grad_sum, model_state, loss_sum, accuracy_sum = carry
+      index, micro_batch = inputs
+      grads, model_state, loss, accuracy = grads_of(state.params, model_state, micro_batch,
+                                                    jax.random.fold_in(step_rng, index))
+      grad_sum = jax.tree.map(lambda s, g: s + g.astype(jnp.float32), grad_sum, grads)
+      return (grad_sum, model_state, loss_sum + loss, accuracy_sum + accuracy), None
+
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
+    init = (zeros, state.model_state, jnp.zeros([], jnp.float32), jnp.zeros([], jnp.float32))
+    (grad_sum, new_model_state, loss_sum, accuracy_sum), _ = jax.lax.scan(
+        body, init, (jnp.arange(accumulate_steps), _micro_batches(batch, accumulate_steps)))
+    grads = jax.tree.map(lambda g, p: (g / accumulate_steps).astype(p.dtype), grad_sum, state.params)
+    loss, accuracy = loss_sum / accumulate_steps, accuracy_sum / accumulate_steps
+
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics = {"loss": loss, "accuracy": jnp.mean(jnp.argmax(logits, -1) == batch["targets"]),
-             "grad_norm": optax.global_norm(grads)}
+  metrics = {"loss": loss, "accuracy": accuracy, "grad_norm": optax.global_norm(grads)}
   new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
                             model_state=new_model_state)
   return new_state, metrics
@@ -158,12 +200,26 @@ def pad_batch(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.nda
 
 
 def evaluate(eval_fn, params, model_state, batches: Iterable, batch_size: int,
-             max_batches: int = -1) -> dict[str, float]:
+             max_batches: int = -1, *, num_batches: int | None = None,
+             empty_batch: dict[str, np.ndarray] | None = None, to_global=lambda batch: batch) -> dict[str, float]:
+  """Sums of ``eval_fn`` over ``batches`` (each padded to ``batch_size`` and masked by ``weights``).
+
+  Multi-host: every process must run the same number of (collective) steps although its shard may hold
+  one batch fewer, so with ``num_batches`` a process whose batches run out feeds ``empty_batch``
+  (zero rows, hence zero weight) until that count. ``to_global`` turns a process's padded batch into
+  the global array ``eval_fn`` takes.
+  """
   totals = {"loss": 0.0, "correct": 0.0, "count": 0.0}
-  for i, batch in enumerate(batches):
-    if 0 <= max_batches <= i:
+  iterator = iter(batches)
+  for i in itertools.count():
+    if 0 <= max_batches <= i or (num_batches is not None and i >= num_batches):
       break
-    sums = eval_fn(params, model_state, pad_batch(to_numpy(batch), batch_size))
+    batch = next(iterator, None)
+    if batch is None:
+      if num_batches is None:
+        break
+      batch = empty_batch
+    sums = eval_fn(params, model_state, to_global(pad_batch(to_numpy(batch), batch_size)))
     for k in totals:
       totals[k] += float(sums[k])
   count = max(totals["count"], 1.0)
@@ -211,12 +267,15 @@ class _Checkpoints:
 
   def __init__(self, workdir: str):
     self.root = os.path.join(workdir, "checkpoints")
+    # orbax coordinates the processes of a multi-host run; the tf.data iterator state is per process.
     options = lambda: ocp.CheckpointManagerOptions(max_to_keep=1, create=True,
                                                    enable_async_checkpointing=False,
                                                    cleanup_tmp_directories=True)
     self.last = ocp.CheckpointManager(os.path.join(self.root, "last"), options=options())
     self.best = ocp.CheckpointManager(os.path.join(self.root, "best"), options=options())
     self.data_dir = os.path.join(self.root, "data")
+    if jax.process_count() > 1:
+      self.data_dir = os.path.join(self.data_dir, f"process_{jax.process_index()}")
 
   def save_last(self, step: int, state: TrainState, progress: dict, iterator_ckpt) -> None:
     data_prefix = iterator_ckpt.write(os.path.join(self.data_dir, f"iter-{step}"))
@@ -236,7 +295,9 @@ class _Checkpoints:
     restored = self.last.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(target), progress=ocp.args.JsonRestore()))
     progress = dict(restored["progress"])
-    iterator_ckpt.read(os.path.join(self.root, progress["data_checkpoint"])).expect_partial()
+    # progress (written by process 0) names process 0's file; each process reads its own of that step.
+    data_prefix = os.path.join(self.data_dir, os.path.basename(progress["data_checkpoint"]))
+    iterator_ckpt.read(data_prefix).expect_partial()
     return restored["state"], progress
 
   def save_best(self, step: int, state: TrainState) -> None:
@@ -256,8 +317,15 @@ class _Checkpoints:
 # The loop
 
 
+def compute_dtype(config: ml_collections.ConfigDict):
+  """Activation/matmul dtype of ``config.precision`` (parameters, softmax, norms and loss stay float32)."""
+  parallel.check_config(config)
+  return jnp.dtype(config.precision)
+
+
 def create_model(config: ml_collections.ConfigDict, task: tasks_lib.Task) -> models.Classifier:
-  return models.Classifier(config.model, task.vocab_size, task.num_classes, task.dual_input)
+  return models.Classifier(config.model, task.vocab_size, task.num_classes, task.dual_input,
+                           dtype=compute_dtype(config))
 
 
 def example_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
@@ -266,20 +334,31 @@ def example_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
           for key, spec in element_spec.items()}
 
 
-def init_state(config, model, tx, batch: dict[str, np.ndarray]) -> TrainState:
-  """Parameters from PRNGKey(seed); ``batch`` only provides shapes."""
-  rng = jax.random.PRNGKey(config.seed)
-  params_rng, dropout_rng, attention_rng, train_rng = jax.random.split(rng, 4)
-  variables = jax.jit(functools.partial(model.init, deterministic=True))(
-      {"params": params_rng, "dropout": dropout_rng, "attention": attention_rng}, batch)
-  variables = dict(variables)
-  params = variables.pop("params")
-  return TrainState(step=jnp.asarray(0, jnp.int32), params=params, opt_state=tx.init(params),
-                    model_state=variables, rng=train_rng)
+def init_state(config, model, tx, batch: dict[str, np.ndarray], *, shardings=None) -> TrainState:
+  """Parameters from PRNGKey(seed); ``batch`` only provides shapes.
+
+  ``shardings``: None (default placement), or a function from the abstract state to its shardings
+  (``partial(parallel.state_shardings, mesh=...)``); the state is then created where it lives.
+  """
+  def create():
+    rng = jax.random.PRNGKey(config.seed)
+    params_rng, dropout_rng, attention_rng, train_rng = jax.random.split(rng, 4)
+    variables = dict(model.init({"params": params_rng, "dropout": dropout_rng, "attention": attention_rng},
+                                batch, deterministic=True))
+    params = variables.pop("params")
+    return TrainState(step=jnp.asarray(0, jnp.int32), params=params, opt_state=tx.init(params),
+                      model_state=variables, rng=train_rng)
+
+  out_shardings = shardings(jax.eval_shape(create)) if shardings else None
+  return jax.jit(create, out_shardings=out_shardings)()
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir: str) -> dict[str, Any]:
-  """Trains ``config`` in ``workdir`` (resuming if a checkpoint is there); returns the metric fields."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
+                       devices=None) -> dict[str, Any]:
+  """Trains ``config`` in ``workdir`` (resuming if a checkpoint is there); returns the metric fields.
+
+  Data-parallel over ``devices`` (default: every device of every process; see ``parallel``).
+  """
   from flax.metrics import tensorboard
 
   tf = tasks_lib.base.import_tf()
@@ -289,21 +368,38 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
   data_options = dict(config.data.options)
   if config.model.get("input_kind", "tokens") == "pixels":
     data_options["input_kind"] = "pixels"  # one knob: the model's input kind picks the task's inputs
-  logging.info("task %s, attention %s, protocol %s, seed %d, devices %s", config.task,
-               config.model.attention, config.protocol, config.seed, jax.devices())
+  mesh = parallel.make_mesh(devices)
+  num_processes, process_index = jax.process_count(), jax.process_index()
+  layout = parallel.batch_split(config.batch_size, config.accumulate_steps, mesh.size, num_processes)
+  local_batch_size = layout["per_process_batch_size"]
+  logging.info("task %s, attention %s, protocol %s, seed %d, precision %s; %d device(s) in %d process(es): "
+               "batch %d = %d accumulation step(s) x %d device(s) x %d per device; devices %s", config.task,
+               config.model.attention, config.protocol, config.seed, config.precision, mesh.size,
+               num_processes, config.batch_size, config.accumulate_steps, mesh.size,
+               layout["per_device_batch_size"], mesh.devices.tolist())
 
   data_stats = {split: task.examples(data_dir, split, max_length=max_length, **data_options)
                 for split in tasks_lib.SPLITS}
-  batched = functools.partial(tasks_lib.base.batched, batch_size=config.batch_size, seed=config.seed,
-                              shuffle_buffer=config.data.shuffle_buffer)
+  batched = functools.partial(tasks_lib.base.batched, batch_size=local_batch_size, seed=config.seed,
+                              shuffle_buffer=config.data.shuffle_buffer, num_shards=num_processes,
+                              shard_index=process_index)
   train_ds = batched(data_stats["train"], repeat=True)
   val_ds, test_ds = batched(data_stats["validation"]), batched(data_stats["test"])
 
   model = create_model(config, task)
   tx = make_optimizer(config.optimizer)
-  state = init_state(config, model, tx, example_batch(train_ds.element_spec, 2))
+  shardings_of = functools.partial(parallel.state_shardings, mesh=mesh, param_sharding=config.param_sharding)
+  state = init_state(config, model, tx, example_batch(train_ds.element_spec, 2), shardings=shardings_of)
+  state_shardings = shardings_of(state)
   num_params = int(sum(x.size for x in jax.tree.leaves(state.params)))
   logging.info("model has %d parameters", num_params)
+
+  to_global = functools.partial(parallel.global_batch, mesh=mesh)
+  # Every process runs as many eval steps as the largest shard (process 0's) needs.
+  eval_steps = {name: math.ceil(math.ceil(data_stats[name].num_examples / num_processes) / local_batch_size)
+                for name in ("validation", "test")}
+  run_evaluate = functools.partial(evaluate, batch_size=local_batch_size, to_global=to_global,
+                                   empty_batch=example_batch(val_ds.element_spec, 0))
 
   train_iter = iter(train_ds)
   iterator_ckpt = tf.train.Checkpoint(iterator=train_iter)
@@ -313,12 +409,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
   restored = checkpoints.restore_last(state, iterator_ckpt)
   if restored is not None:
     state, progress = restored
+    state = jax.device_put(state, state_shardings)
     logging.info("resumed from step %d", int(state.step))
 
-  step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx), donate_argnums=0)
-  eval_fn = jax.jit(functools.partial(eval_step, model=model))
+  data_sharding, replicated = parallel.batch_sharding(mesh), parallel.replicated(mesh)
+  step_fn = jax.jit(functools.partial(train_step, model=model, tx=tx, accumulate_steps=config.accumulate_steps),
+                    in_shardings=(state_shardings, data_sharding), out_shardings=(state_shardings, replicated),
+                    donate_argnums=0)
+  eval_fn = jax.jit(functools.partial(eval_step, model=model),
+                    in_shardings=(state_shardings.params, state_shardings.model_state, data_sharding),
+                    out_shardings=replicated)
   compile_start = time.perf_counter()
-  compiled = step_fn.lower(state, example_batch(train_ds.element_spec, config.batch_size)).compile()
+  global_shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct((config.batch_size, *x.shape[1:]), x.dtype),
+                               example_batch(train_ds.element_spec, 0))
+  compiled = step_fn.lower(state, global_shapes).compile()
   compile_seconds = time.perf_counter() - compile_start
   analysis = cost_analysis(compiled)
 
@@ -333,8 +437,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
   def run_eval_and_checkpoint(step: int) -> None:
     nonlocal best_val, best_step, state
     if step % config.eval_every == 0 or step == config.num_train_steps:
-      val = evaluate(eval_fn, state.params, state.model_state, val_ds, config.batch_size,
-                     config.num_eval_batches)
+      val = run_evaluate(eval_fn, state.params, state.model_state, val_ds,
+                         max_batches=config.num_eval_batches, num_batches=eval_steps["validation"])
       logging.info("step %d: validation accuracy %.4f, loss %.4f", step, val["accuracy"], val["loss"])
       if writer:
         writer.scalar("eval/accuracy", val["accuracy"], step)
@@ -349,7 +453,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
           "wall_seconds": progress["wall_seconds"] + time.perf_counter() - wall_start}, iterator_ckpt)
 
   while step < config.num_train_steps:
-    batch = to_numpy(next(train_iter))
+    batch = to_global(to_numpy(next(train_iter)))
     if window_start is None and step > window_first_step:
       window_start, window_first_step = time.perf_counter(), step  # first step after (re)start = warm-up
     state, metrics = compiled(state, batch)
@@ -383,8 +487,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
   best = checkpoints.restore_best(state)
   if best is None:  # no eval happened (e.g. zero steps): evaluate the current parameters
     best, best_step = {"params": state.params, "model_state": state.model_state}, step
-  test_best = evaluate(eval_fn, best["params"], best["model_state"], test_ds, config.batch_size)
-  test_last = evaluate(eval_fn, state.params, state.model_state, test_ds, config.batch_size)
+  test_best = run_evaluate(eval_fn, best["params"], best["model_state"], test_ds,
+                           num_batches=eval_steps["test"])
+  test_last = run_evaluate(eval_fn, state.params, state.model_state, test_ds, num_batches=eval_steps["test"])
   logging.info("test accuracy %.4f (best-validation params, step %d), %.4f (last params)",
                test_best["accuracy"], best_step, test_last["accuracy"])
   if writer:
@@ -397,6 +502,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
       "train_steps": step, "num_params": num_params, "steps_per_second": steps_per_second,
       "examples_per_second": steps_per_second * config.batch_size if steps_per_second else None,
       "compile_seconds": compile_seconds,
+      "num_devices": mesh.size, "num_processes": num_processes,
+      "per_device_batch_size": layout["per_device_batch_size"], "accumulate_steps": config.accumulate_steps,
+      "precision": config.precision,
       "wall_seconds": progress["wall_seconds"] + time.perf_counter() - wall_start,
       "peak_memory_bytes": peak_memory_bytes(),
       "compiled_memory_bytes": analysis["compiled_memory_bytes"],

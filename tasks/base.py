@@ -102,11 +102,17 @@ class Task:
 
 
 def batched(examples: Examples, batch_size: int, *, seed: int = 0, repeat: bool = False,
-            shuffle_buffer: int = 1024):
+            shuffle_buffer: int = 1024, num_shards: int = 1, shard_index: int = 0):
   """Training (``repeat=True``) shuffles with a seeded buffer, repeats forever and drops the remainder;
-  evaluation keeps every example (the last batch may be smaller)."""
+  evaluation keeps every example (the last batch may be smaller).
+
+  Multi-host: with ``num_shards > 1`` this process reads only examples ``shard_index``,
+  ``shard_index + num_shards``, ... (deterministic; ``batch_size`` is then the per-process batch).
+  """
   tf = import_tf()
   ds = examples.dataset
+  if num_shards > 1:
+    ds = ds.shard(num_shards, shard_index)
   if repeat:
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
   ds = ds.batch(batch_size, drop_remainder=repeat)

@@ -136,3 +136,23 @@ def test_causal_never_looks_ahead(name):
   q2, k2, v2 = (x.at[:, cut:].add(5.0) for x in (q, k, v))
   out2, _ = init_and_apply(core, q2, k2, v2, variables=variables)
   np.testing.assert_allclose(np.asarray(out1)[:, :cut], np.asarray(out2)[:, :cut], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bfloat16_inputs_stay_finite(name):
+  """Mixed precision (precision = "bfloat16"): bf16 q/k/v give finite outputs and finite gradients."""
+  core = create(name)
+  q, k, v = random_qkv(8, 2, LENGTH, 2, 8, 8, dtype=jnp.bfloat16, scale=3.0)  # large logits, too
+  mask = _padded_mask(2, LENGTH, PAD)
+  variables = jax.jit(core.init)({"params": jax.random.key(0), "attention": jax.random.key(1)}, q, k, v, mask)
+
+  def loss(q, k, v):
+    out = core.apply(variables, q, k, v, mask=mask, rngs={"attention": jax.random.key(0)})
+    return jnp.sum(out.astype(jnp.float32) * mask[:, :, None, None]), out
+
+  (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+  assert out.shape == (2, LENGTH, 2, 8)
+  assert np.all(np.isfinite(np.asarray(out, np.float32)))
+  for g in grads:
+    assert g.dtype == jnp.bfloat16
+    assert np.all(np.isfinite(np.asarray(g, np.float32)))
