@@ -135,3 +135,31 @@ def test_bfloat16_inputs_stay_finite():
   q, k, v = random_qkv(5, 2, 40, 2, 16, 8, dtype=jnp.bfloat16, scale=4.0)
   out = run_core(create("performer"), q, k, v, padded_mask(2, 40, 7))
   assert out.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(out, np.float32)))
+
+
+def test_orthonormal_columns_equal_qr_with_positive_diagonal():
+  from attention_zoo.performer import orthonormal_columns
+
+  gaussians = jax.random.normal(jax.random.key(0), (3, 16, 16))
+  q = np.asarray(orthonormal_columns(gaussians))
+  np.testing.assert_allclose(np.einsum("nij,nik->njk", q, q), np.broadcast_to(np.eye(16), (3, 16, 16)),
+                             atol=1e-5)
+  q_ref, r_ref = np.linalg.qr(np.asarray(gaussians, np.float64))
+  signs = np.sign(np.diagonal(r_ref, axis1=1, axis2=2))[:, None, :]
+  np.testing.assert_allclose(q, q_ref * signs, atol=1e-5)
+
+
+def test_four_layer_text_model_step_completes():
+  """Regression: with LAPACK QR in every layer, this 4-layer forward never returned on XLA:CPU."""
+  import ml_collections
+
+  from lra_bench import models
+
+  config = ml_collections.ConfigDict(dict(
+      attention="performer", attention_kwargs={"redraw": "fixed"}, num_layers=4, num_heads=4,
+      emb_dim=256, qkv_dim=256, mlp_dim=1024, dropout_rate=0.0, attention_dropout_rate=0.0,
+      pooling="CLS", positions="sinusoidal"))
+  model = models.Classifier(config, vocab_size=257, num_classes=2)
+  batch = {"inputs": jnp.ones((1, 256), jnp.int32)}  # the LRA Table 2 Text model at L = 256
+  variables = model.init(jax.random.key(0), batch)
+  assert np.all(np.isfinite(np.asarray(jax.jit(model.apply)(variables, batch))))
