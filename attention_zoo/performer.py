@@ -131,11 +131,14 @@ def draw_projection(key: jax.Array, num_features: int, dim: int, *, orthogonal: 
 
 
 def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
-                     mask: jax.Array | None = None, stabilizer: float = 1e-6) -> jax.Array:
+                     mask: jax.Array | None = None, stabilizer: float = 1e-6,
+                     causal: bool = False) -> jax.Array:
   """FAVOR+ features φ(x) [B, L, H, M] (float32 or wider) of ``x`` [B, L, H, D]; W [M, D].
 
   Keys (``is_query=False``) need ``mask`` bool [B, L]: padded keys get all-zero features and do not
-  enter the stabilizing maximum.
+  enter the stabilizing maximum. The key stabilizer is the max over all real keys, except when
+  ``causal``: a max over positions would let future keys change past outputs, so causal keys use the
+  data-independent bound ``z = w·x − |x|²/2 ≤ max_m |w_m|²/2`` instead (no overflow for any input).
   """
   dtype = common.accum_dtype(x, projection)
   x = x.astype(dtype) * x.shape[-1] ** -0.25
@@ -146,8 +149,11 @@ def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
     peak = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))         # [B, L, H, 1]
     return scale * (jnp.exp(z - peak) + stabilizer)
   real = mask[:, :, None, None]
-  peak = jnp.max(jnp.where(real, z, common.NEG_INF), axis=(1, 3), keepdims=True)  # [B, 1, H, 1]
-  peak = jax.lax.stop_gradient(jnp.where(peak > 0.5 * common.NEG_INF, peak, 0.0))
+  if causal:
+    peak = jax.lax.stop_gradient(0.5 * jnp.max(jnp.sum(projection.astype(dtype) ** 2, axis=-1)))
+  else:
+    peak = jnp.max(jnp.where(real, z, common.NEG_INF), axis=(1, 3), keepdims=True)  # [B, 1, H, 1]
+    peak = jax.lax.stop_gradient(jnp.where(peak > 0.5 * common.NEG_INF, peak, 0.0))
   z = jnp.where(real, z - peak, -jnp.inf)                                   # padded keys: exp -> 0
   return scale * (jnp.exp(z) + stabilizer) * real
 
@@ -231,7 +237,7 @@ class PerformerAttention(nn.Module):
       self.sow("intermediates", "projection", projection)
       q_features = softmax_features(query, projection, is_query=True, stabilizer=cfg.numerical_stabilizer)
       k_features = softmax_features(key, projection, is_query=False, mask=mask,
-                                    stabilizer=cfg.numerical_stabilizer)
+                                    stabilizer=cfg.numerical_stabilizer, causal=cfg.causal)
     else:
       q_features = relu_features(query, epsilon=cfg.kernel_epsilon)
       k_features = relu_features(key, epsilon=cfg.kernel_epsilon, mask=mask)
