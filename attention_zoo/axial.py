@@ -107,9 +107,7 @@ class AxialAttention(nn.Module):
     batch, length = query.shape[:2]
     mask = common.default_mask(mask, batch, length)
     _, width = blocks.grid_shape(length, cfg.width)
-    query, _ = blocks.pad_to_multiple(query, mask, width)
-    key, _ = blocks.pad_to_multiple(key, mask, width)
-    value, mask = blocks.pad_to_multiple(value, mask, width)
+    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, width)
     q, k, v, m = (blocks.to_blocks(x, width) for x in (query, key, value, mask))  # [B, R, C, ...]
     if cfg.mode == "union":
       out = self._union(q, k, v, m, deterministic)

@@ -131,9 +131,7 @@ class BigBirdAttention(nn.Module):
     batch, length, heads, _ = query.shape
     mask = common.default_mask(mask, batch, length)
     size = cfg.block_size or default_block_size(length)
-    query, _ = blocks.pad_to_multiple(query, mask, size)
-    key, _ = blocks.pad_to_multiple(key, mask, size)
-    value, mask = blocks.pad_to_multiple(value, mask, size)
+    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
     num_blocks = query.shape[1] // size
     last_block = None if cfg.rand_block_span is None else cfg.rand_block_span // size - 1
     rand = random_blocks(num_blocks, cfg.num_rand_blocks, heads,

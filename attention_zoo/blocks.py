@@ -36,6 +36,13 @@ def pad_to_multiple(x: jax.Array, mask: jax.Array, multiple: int) -> tuple[jax.A
   return common.pad_axis(x, multiple, axis=1), common.pad_axis(mask, multiple, axis=1, value=False)
 
 
+def pad_qkv_to_multiple(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
+                        multiple: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """``pad_to_multiple`` of query, key and value [B, L, ...] together; returns (q, k, v, padded mask)."""
+  padded = [pad_to_multiple(x, mask, multiple)[0] for x in (query, key, value)]
+  return (*padded, common.pad_axis(mask, multiple, axis=1, value=False))
+
+
 def to_blocks(x: jax.Array, block: int) -> jax.Array:
   """[B, L, ...] -> [B, N, S, ...] with S = ``block`` (L must already be a multiple)."""
   batch, length = x.shape[:2]

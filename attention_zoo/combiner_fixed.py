@@ -62,9 +62,7 @@ class CombinerFixedAttention(nn.Module):
     batch, length = query.shape[:2]
     mask = common.default_mask(mask, batch, length)
     size = cfg.block_size or blocks.sqrt_block_size(length)
-    q, valid = blocks.pad_to_multiple(query, mask, size)
-    k, _ = blocks.pad_to_multiple(key, mask, size)
-    v, _ = blocks.pad_to_multiple(value, mask, size)
+    q, k, v, valid = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
     qb, kb = blocks.to_blocks(q, size), blocks.to_blocks(k, size)
     out = combiner_common.block_combiner(
         qb, kb, blocks.to_blocks(v, size), blocks.to_blocks(valid, size),

@@ -89,9 +89,7 @@ class SparseFixedAttention(nn.Module):
     batch, length = query.shape[:2]
     mask = common.default_mask(mask, batch, length)
     size, summary = pattern_sizes(length, cfg.block_len, cfg.summary)
-    query, _ = blocks.pad_to_multiple(query, mask, size)
-    key, _ = blocks.pad_to_multiple(key, mask, size)
-    value, mask = blocks.pad_to_multiple(value, mask, size)
+    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
     num_blocks = query.shape[1] // size
     offsets = summary_offsets(size, summary, cfg.first_column)
     summary_pos = (np.arange(num_blocks)[:, None] * size + offsets).reshape(-1)   # [J]
