@@ -100,6 +100,20 @@ def retrieval(c: ml_collections.ConfigDict) -> None:
   c.optimizer.warmup_steps = 8000       # as the repo: the run ends inside the warm-up (max lr 3.5e-4)
 
 
+def cosine_epochs(c: ml_collections.ConfigDict, *, batch_size: int, steps_per_epoch: int, epochs: int,
+                  learning_rate: float) -> None:
+  """The image configs' schedule: one warm-up epoch, one cosine cycle over the run, no weight decay,
+  eval every epoch (LRA image/configs: const * linear_warmup * cosine_decay)."""
+  c.batch_size = batch_size
+  c.num_train_steps = epochs * steps_per_epoch
+  c.optimizer.learning_rate = learning_rate
+  c.optimizer.schedule = COSINE
+  c.optimizer.warmup_steps = steps_per_epoch
+  c.optimizer.steps_per_cycle = epochs * steps_per_epoch
+  c.optimizer.weight_decay = 0.0
+  c.eval_every = steps_per_epoch
+
+
 def image(c: ml_collections.ConfigDict) -> None:
   """image/configs/cifar10/base_cifar10_config.py (+ transformer config, 8 heads per commit ee6649e)."""
   c.model.num_layers = 1
@@ -112,14 +126,7 @@ def image(c: ml_collections.ConfigDict) -> None:
   c.model.positions = "learned"
   c.data.max_length = 1024              # 32 x 32 gray pixels
   c.data.shuffle_buffer = 256
-  c.batch_size = 256
-  c.num_train_steps = 35_000            # 200 epochs x 175 steps
-  c.optimizer.learning_rate = 5e-4
-  c.optimizer.schedule = COSINE
-  c.optimizer.warmup_steps = 175        # one epoch
-  c.optimizer.steps_per_cycle = 35_000
-  c.optimizer.weight_decay = 0.0
-  c.eval_every = 175
+  cosine_epochs(c, batch_size=256, steps_per_epoch=175, epochs=200, learning_rate=5e-4)  # 35k steps
 
 
 def pathfinder(c: ml_collections.ConfigDict) -> None:
@@ -136,14 +143,7 @@ def pathfinder(c: ml_collections.ConfigDict) -> None:
   c.data.options.contour_length = 14
   c.data.prepare.contour_length = 14
   c.data.prepare.num_images = 200_000   # per difficulty, as the release (160k/20k/20k)
-  c.batch_size = 512
-  c.num_train_steps = 62_400            # 200 epochs x 312 steps
-  c.optimizer.learning_rate = 1e-3
-  c.optimizer.schedule = COSINE
-  c.optimizer.warmup_steps = 312
-  c.optimizer.steps_per_cycle = 62_400
-  c.optimizer.weight_decay = 0.0
-  c.eval_every = 312
+  cosine_epochs(c, batch_size=512, steps_per_epoch=312, epochs=200, learning_rate=1e-3)  # 62.4k steps
 
 
 def pathx(c: ml_collections.ConfigDict) -> None:
@@ -161,15 +161,8 @@ def pathx(c: ml_collections.ConfigDict) -> None:
   c.data.options.contour_length = 14
   c.data.prepare.contour_length = 14
   c.data.prepare.num_images = 200_000
-  c.batch_size = 64
-  c.num_train_steps = 500_000           # 200 epochs x 2500 steps
-  c.optimizer.learning_rate = 1e-3
-  c.optimizer.schedule = COSINE
-  c.optimizer.warmup_steps = 2500
-  c.optimizer.steps_per_cycle = 500_000
-  c.optimizer.weight_decay = 0.0
+  cosine_epochs(c, batch_size=64, steps_per_epoch=2500, epochs=200, learning_rate=1e-3)  # 500k steps
   c.optimizer.grad_clip_norm = 1.0
-  c.eval_every = 2500
 
 
 TASKS = {"listops": listops, "text": text, "retrieval": retrieval, "image": image, "pathfinder": pathfinder,
