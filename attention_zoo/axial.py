@@ -59,45 +59,47 @@ class AxialAttention(nn.Module):
 
   config: AxialConfig
 
-  def _softmax(self, logits, allowed, deterministic):
-    probs = common.masked_softmax(logits, jnp.broadcast_to(allowed, logits.shape))
-    return common.apply_dropout(probs, self.config.dropout_rate, deterministic)
+  def _dropout(self, deterministic):
+    """Attention dropout on (unnormalized) weights from the flax ``"dropout"`` stream, or None."""
+    if self.config.dropout_rate <= 0.0 or deterministic:
+      return None
+    return lambda weights, *_: common.apply_dropout(weights, self.config.dropout_rate, False)
 
-  def _row(self, q, k, v, mask, deterministic):
-    """Attention within rows: q, k [B, R, C, H, D], v [B, R, C, H, V], mask [B, R, C] -> [B, R, C, H, V]."""
-    logits = common.dot_logits(q, k, "brchd,brshd->bhrcs")
-    allowed = mask[:, None, :, None, :]                                            # [B, 1, R, 1, S]
+  def _row_logits(self, q_rm, k_rm, mask_rm):
+    """Row keys (row-major): logits [B, H, R, C, S] and allowed [B, 1, R, C|1, S]."""
+    allowed = mask_rm[:, :, :, None, :]                                           # [B, 1, R, 1, S]
     if self.config.causal:
-      allowed = allowed & common.causal_allowed(q.shape[2], q.shape[2])
-    probs = self._softmax(logits, allowed, deterministic)
-    return jnp.einsum("bhrcs,brshv->brchv", probs.astype(v.dtype), v)
+      cols = q_rm.shape[3]
+      allowed = allowed & common.causal_allowed(cols, cols)
+    return common.dot_logits(q_rm, k_rm, "bhrcd,bhrsd->bhrcs"), allowed
 
-  def _column(self, q, k, v, mask, deterministic):
-    """Attention within columns (same shapes as :meth:`_row`)."""
-    logits = common.dot_logits(q, k, "brchd,btchd->bhrct")
-    allowed = jnp.swapaxes(mask, 1, 2)[:, None, None, :, :]                    # [B, 1, 1, C, T]
+  def _column_logits(self, q_cm, k_cm, mask_cm, with_self=True):
+    """Column keys (column-major): logits [B, H, C, R, T] and allowed [B, 1, C, R|1, T]."""
+    rows = q_cm.shape[3]
+    allowed = mask_cm[:, :, :, None, :]                                           # [B, 1, C, 1, T]
     if self.config.causal:
-      allowed = allowed & common.causal_allowed(q.shape[1], q.shape[1])[:, None, :]
-    probs = self._softmax(logits, allowed, deterministic)
-    return jnp.einsum("bhrct,btchv->brchv", probs.astype(v.dtype), v)
+      allowed = allowed & common.causal_allowed(rows, rows)
+    if not with_self:
+      allowed = allowed & (jnp.arange(rows)[None, :] != jnp.arange(rows)[:, None])
+    return common.dot_logits(q_cm, k_cm, "bhcrd,bhctd->bhcrt"), allowed
 
-  def _union(self, q, k, v, mask, deterministic):
+  def _attend_row(self, q_rm, k_rm, v_rm, mask_rm, deterministic):
+    """Attention within rows, all row-major [B, H, R, C, X]."""
+    return common.masked_attention(*self._row_logits(q_rm, k_rm, mask_rm), v_rm,
+                                   "bhrcs,bhrsv->bhrcv", self._dropout(deterministic))
+
+  def _attend_column(self, q_cm, k_cm, v_cm, mask_cm, deterministic):
+    """Attention within columns, all column-major [B, H, C, R, X]."""
+    return common.masked_attention(*self._column_logits(q_cm, k_cm, mask_cm), v_cm,
+                                   "bhcrt,bhctv->bhcrv", self._dropout(deterministic))
+
+  def _union(self, grids, deterministic):
     """Same row or same column, self once, one softmax over the C + R candidate keys."""
-    rows, cols = q.shape[1:3]
-    row_logits = common.dot_logits(q, k, "brchd,brshd->bhrcs")                    # [B, H, R, C, S]
-    col_logits = common.dot_logits(q, k, "brchd,btchd->bhrct")                    # [B, H, R, C, T]
-    row_allowed = mask[:, None, :, None, :]                                        # [B, 1, R, 1, S]
-    not_self = jnp.arange(rows)[None, :] != jnp.arange(rows)[:, None]              # [R, T]
-    col_allowed = jnp.swapaxes(mask, 1, 2)[:, None, None] & not_self[:, None, :]  # [B, 1, R, C, T]
-    if self.config.causal:
-      row_allowed = row_allowed & common.causal_allowed(cols, cols)
-      col_allowed = col_allowed & common.causal_allowed(rows, rows)[:, None, :]
-    logits = jnp.concatenate([row_logits, col_logits], axis=-1)
-    allowed = jnp.concatenate([jnp.broadcast_to(row_allowed, row_logits.shape),
-                               jnp.broadcast_to(col_allowed, col_logits.shape)], axis=-1)
-    probs = self._softmax(logits, allowed, deterministic).astype(v.dtype)
-    return (jnp.einsum("bhrcs,brshv->brchv", probs[..., :cols], v)
-            + jnp.einsum("bhrct,btchv->brchv", probs[..., cols:], v))
+    (q_rm, q_cm), (k_rm, k_cm), (v_rm, v_cm), (mask_rm, mask_cm) = grids
+    return common.grid_masked_attention(
+        [(*self._row_logits(q_rm, k_rm, mask_rm), v_rm)],
+        [(*self._column_logits(q_cm, k_cm, mask_cm, with_self=False), v_cm)],
+        self._dropout(deterministic))
 
   @nn.compact
   def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,
@@ -108,15 +110,22 @@ class AxialAttention(nn.Module):
     mask = common.default_mask(mask, batch, length)
     _, width = blocks.grid_shape(length, cfg.width)
     query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, width)
-    q, k, v, m = (blocks.to_blocks(x, width) for x in (query, key, value, mask))  # [B, R, C, ...]
+    # Head-major row-major [B, H, R, C, X] and column-major [B, H, C, R, X] views: row contractions run
+    # in the first, column contractions in the second, each a batched matmul with batch axes leading.
+    (q_rm, q_cm), (k_rm, k_cm), (v_rm, v_cm) = (blocks.grid_layouts(x, width) for x in (query, key, value))
+    mask_rm, mask_cm = (m[..., 0] for m in blocks.grid_layouts(mask[:, :, None, None], width))
+    # masks: [B, 1, R, C] and [B, 1, C, R]
+    row = lambda values: self._attend_row(q_rm, k_rm, values, mask_rm, deterministic)
+    col = lambda values: self._attend_column(q_cm, k_cm, values, mask_cm, deterministic)
+    swap = common.swap_lines                                                        # rm <-> cm
     if cfg.mode == "union":
-      out = self._union(q, k, v, m, deterministic)
+      out = self._union(((q_rm, q_cm), (k_rm, k_cm), (v_rm, v_cm), (mask_rm, mask_cm)), deterministic)
     elif cfg.mode == "row":
-      out = self._row(q, k, v, m, deterministic)
+      out = row(v_rm)
     elif cfg.mode == "column":
-      out = self._column(q, k, v, m, deterministic)
+      out = swap(col(v_cm))
     elif cfg.mode == "alternating":
-      out = self._column(q, k, self._row(q, k, v, m, deterministic), m, deterministic)
+      out = swap(col(swap(row(v_rm))))
     else:  # parallel
-      out = 0.5 * (self._row(q, k, v, m, deterministic) + self._column(q, k, v, m, deterministic))
-    return blocks.from_blocks(out)[:, :length].astype(value.dtype)
+      out = 0.5 * (row(v_rm) + swap(col(v_cm)))
+    return blocks.from_grid(out)[:, :length].astype(value.dtype)

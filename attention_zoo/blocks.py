@@ -65,3 +65,16 @@ def gather_blocks_per_head(blocks: jax.Array, index: jax.Array) -> jax.Array:
   """Per-head gather: ``blocks`` [B, N, S, H, X], ``index`` int [H, N', K] -> [B, N', K, S, H, X]."""
   per_head = jax.vmap(lambda b, i: jnp.take(b, i, axis=1), in_axes=(3, 0), out_axes=4)
   return per_head(blocks, index)
+
+
+def grid_layouts(x: jax.Array, width: int) -> tuple[jax.Array, jax.Array]:
+  """Head-major grid views for the axial cores: ``x`` [B, L, H, X] (L a multiple of ``width``) ->
+  (row-major [B, H, R, C, X], column-major [B, H, C, R, X]). With heads and the line axis leading, row
+  and column contractions are batched matmuls that need no further transposed copies."""
+  grid = to_blocks(x, width)                                               # [B, R, C, H, X]
+  return jnp.transpose(grid, (0, 3, 1, 2, 4)), jnp.transpose(grid, (0, 3, 2, 1, 4))
+
+
+def from_grid(row_major: jax.Array) -> jax.Array:
+  """Inverse of the row-major view of :func:`grid_layouts`: [B, H, R, C, X] -> [B, R*C, H, X]."""
+  return from_blocks(jnp.transpose(row_major, (0, 2, 3, 1, 4)))

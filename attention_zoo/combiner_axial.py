@@ -2,8 +2,8 @@
 
 Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``V`` value dim,
 grid rows ``R`` = n (query row ``r``, other row ``z``), grid columns ``C`` = m (query column ``c``,
-other column ``t``), ``E`` stacked key families (own row/column, then the span summaries before/after
-the query). Position ``i = r m + c`` (row-major); m = ``width`` or ceil(sqrt(L)); the grid is
+other column ``t``), ``E`` span directions (before / after the query along a line), ``N`` position
+along a line and ``M`` which line (span scans), ``K`` keys of a family. Position ``i = r m + c`` (row-major); m = ``width`` or ceil(sqrt(L)); the grid is
 padded to n m and the padding masked.
 
 For the query at ``(r, c)`` the direct set is the axial union: its whole row plus its column (self
@@ -11,7 +11,7 @@ once). Causal: the row up to ``c`` and the column strictly above ``r``. The rest
 
 - ``vertical``: for every other column ``t != c``, the part of column ``t`` ABOVE row ``r`` and (not
   causal) the part BELOW row ``r``: 2m span logits. Their summaries are exclusive prefix / suffix pools
-  down each column (cummax-style), shared by all queries of a row.
+  down each column (one sequential running-max scan per direction), shared by all queries of a row.
 - ``horizontal``: for every other row ``z != r`` (causal: ``z < r``), the part of row ``z`` LEFT of
   column ``c`` and the part RIGHT of it: 2n span logits, pooled along rows.
 - ``both`` (Combiner-Mixture): ``mixture="joint"`` (default, as the released code) puts the direct set
@@ -102,83 +102,102 @@ class CombinerAxialAttention(nn.Module):
                                              "dropout_rate"))
 def _axial(query, key, value, mask, fq, fk, rng, *, width, spans, mixture, causal, kind,
            dropout_rate):
-  """query, key, fq, fk (abstraction features): [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L]."""
+  """query, key, fq, fk (abstraction features): [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L].
+
+  Layouts: every tensor is held head-major in row-major (``_rm``: [B, H, R, C, X]) and column-major
+  (``_cm``: [B, H, C, R, X]) grid order. ROW-aligned key families (own row; vertical spans, indexed by
+  (row r, column t)) are contracted in row-major order, COLUMN-aligned families (own column; horizontal
+  spans, indexed by (row z, column c)) in column-major order, so every contraction is a batched matmul
+  with its batch axes leading; one softmax joins the two orders (:func:`common.grid_masked_attention`).
+  """
   length = query.shape[1]
   rows, cols = blocks.grid_shape(length, width)
-  grid = lambda x, fill=0: blocks.to_blocks(common.pad_axis(x, cols, 1, fill), cols)  # [B, R, C, ...]
-  q, k, v, fq, fk, valid = grid(query), grid(key), grid(value), grid(fq), grid(fk), grid(mask, False)
-  dtype = v.dtype
-  valid_t = jnp.swapaxes(valid, 1, 2)                                       # [B, C, R]
-  both = (True,) if causal else (True, False)
+  pad = lambda x: common.pad_axis(x, cols, 1)
+  (q_rm, q_cm), (k_rm, k_cm), (v_rm, v_cm), (fq_rm, fq_cm), (fk_rm, fk_cm) = (
+      blocks.grid_layouts(pad(x), cols) for x in (query, key, value, fq, fk))
+  valid = blocks.to_blocks(common.pad_axis(mask, cols, 1, False), cols)     # [B, R, C]
+  valid_rm, valid_cm = valid[:, None], jnp.swapaxes(valid, 1, 2)[:, None]  # [B, 1, R, C], [B, 1, C, R]
+  dtype = v_rm.dtype
 
-  # Every term is either ROW-aligned (key index (r, t): own row, vertical spans) or COLUMN-aligned (key
-  # index (z, c): own column, horizontal spans). Each family is stacked along a leading axis E and
-  # handled by one logits einsum and one output einsum.
-  def row_family(with_spans):
-    """keys [E, B, R, T, H, D], values [E, B, R, T, H, V], allowed [E, B, R, C, 1, T]."""
-    row_allowed = valid[:, :, None, None, :]                                # [B, R, 1, 1, T]
-    if causal:
-      row_allowed = row_allowed & common.causal_allowed(cols, cols)[None, None, :, None, :]
-    row_allowed = jnp.broadcast_to(row_allowed, row_allowed.shape[:2] + (cols, 1, cols))
-    keys, values, allowed = [k], [v], [row_allowed]
-    if with_spans:  # other columns t != c, above (and below) the query row: exclusive column scans
-      q_hat, _ = _stacked_scan(fq, valid, 1, kind, both)                    # [E, B, R, T, H, D]
-      k_hat, nonempty = _stacked_scan(fk, valid, 1, kind, both)             # [E, B, R, T]
-      order = jnp.stack([_order(rows, True, before) for before in both])     # [E, R, Z]
-      v_hat = combiner_common.span_values(                                  # [E, B, R, T, H, V]
-          q_hat, k, v, valid_t[None, :, None, :, None, :] & order[:, None, :, None, None, :],
-          "ebrthd,bzthd->ebrthz", "ebrthz,bzthv->ebrthv")
-      keys.extend(k_hat)
-      values.extend(v_hat)
-      other_cols = _order(cols, False, None)[None, None, None, :, None, :]   # t != c
-      allowed.extend(nonempty[:, :, :, None, None, :] & other_cols)
-    return jnp.stack(keys), jnp.stack(values), jnp.stack(allowed)
+  row_allowed = valid_rm[:, :, :, None, :]                                 # [B, 1, R, 1, T]
+  if causal:
+    row_allowed = row_allowed & common.causal_allowed(cols, cols)          # [C, T]
+  col_allowed = valid_cm[:, :, :, None, :] & _order(rows, causal, None)    # [B, 1, C, R, Z]
 
-  def column_family(with_spans):
-    """keys [E, B, Z, C, H, D], values [E, B, Z, C, H, V], allowed [E, B, R, C, 1, Z]."""
-    col_allowed = valid_t[:, None, :, None, :] & _order(rows, causal, None)[None, :, None, None, :]
-    keys, values, allowed = [k], [v], [col_allowed]
-    if with_spans:  # other rows (causal: above), left and right of the query column: row scans
-      q_hat, _ = _stacked_scan(fq, valid, 2, kind, (True, False))           # [E, B, Z, C, H, D]
-      k_hat, nonempty = _stacked_scan(fk, valid, 2, kind, (True, False))    # [E, B, Z, C]
-      order = jnp.stack([_order(cols, True, before) for before in (True, False)])  # [E, C, T]
-      v_hat = combiner_common.span_values(                                  # [E, B, Z, C, H, V]
-          q_hat, k, v, valid[None, :, :, None, None, :] & order[:, None, None, :, None, :],
-          "ebzchd,bzthd->ebzcht", "ebzcht,bzthv->ebzchv")
-      keys.extend(k_hat)
-      values.extend(v_hat)
-      span_allowed = (jnp.swapaxes(nonempty, 2, 3)[:, :, None, :, None, :]
-                      & _order(rows, causal, None)[None, None, :, None, None, :])  # [E, B, R, C, 1, Z]
-      allowed.extend(span_allowed)
-    return jnp.stack(keys), jnp.stack(values), jnp.stack(allowed)
+  def span_family(along_rows: bool):
+    """The span family of ``vertical`` (``along_rows``) or ``horizontal`` Combiner-Axial.
 
-  def attend(vertical, horizontal, part_rng=rng):
-    row_k, row_v, row_ok = row_family(vertical)
-    col_k, col_v, col_ok = column_family(horizontal)
-    row_logits = common.dot_logits(q, row_k, "brchd,ebrthd->brchet")       # [B, R, C, H, E, T]
-    col_logits = common.dot_logits(q, col_k, "brchd,ebzchd->brchez")       # [B, R, C, H, E', Z]
-    flat = lambda x: x.reshape(*x.shape[:4], -1)
-    row_ok = jnp.moveaxis(row_ok, 0, -2)                                    # [B, R, C, 1, E, T]
-    col_ok = jnp.moveaxis(col_ok, 0, -2)
-    p_row, p_col = combiner_common.joint_softmax(
-        [(flat(row_logits), flat(row_ok)), (flat(col_logits), flat(col_ok))], dropout_rate, part_rng)
-    return (jnp.einsum("brchet,ebrthv->brchv", p_row.reshape(row_logits.shape).astype(dtype), row_v)
-            + jnp.einsum("brchez,ebzchv->brchv", p_col.reshape(col_logits.shape).astype(dtype), col_v))
+    vertical: the parts of every other column t != c above (and, not causal, below) the query row r;
+      row-aligned keys/values [B, H, R, E*T, X], allowed [B, 1, R, C, E*T].
+    horizontal: the parts of every other row z != r (causal: z < r) left and right of the query
+      column c; column-aligned keys/values [B, H, C, E*Z, X], allowed [B, 1, C, R, E*Z].
+    The summaries are exclusive scans along the other axis ("lines": columns for vertical, rows for
+    horizontal), run with the line axis leading; each query position along a line reads the summary of
+    the span before / after it. The span values attend within each line.
+    """
+    befores = (True,) if causal and along_rows else (True, False)
+    # Lines [N, B, H, M, D]: N = position along the line, M = which line.
+    f_lines = [jnp.moveaxis(x, 3, 0) for x in ((fq_cm, fk_cm) if along_rows else (fq_rm, fk_rm))]
+    valid_lines = jnp.moveaxis(valid_cm if along_rows else valid_rm, 3, 0)     # [N, B, 1, M]
+    k_line, v_line, key_valid = (k_cm, v_cm, valid_cm) if along_rows else (k_rm, v_rm, valid_rm)
+    # k_line, v_line: [B, H, M, N, X]; key_valid: [B, 1, M, N]
+    size, other = (rows, cols) if along_rows else (cols, rows)
+    per_direction = [combiner_common.exclusive_line_pools(f_lines, valid_lines, kind, not before)
+                     for before in befores]
+    # q^ per line: [B, H, M, E*N, D]; k^ and nonempty per query line position: [B, H, N, E*M, .].
+    q_hat = jnp.stack([jnp.moveaxis(q, 0, 3) for (q, _), _ in per_direction], 3)
+    k_hat = jnp.stack([jnp.moveaxis(k, 0, 2) for (_, k), _ in per_direction], 3)
+    nonempty = jnp.stack([jnp.moveaxis(n, 0, 2) for _, n in per_direction], 3)
+    order = jnp.stack([_order(size, True, before) for before in befores])      # [E, N(query), N(key)]
+    spec = ("bhmqd,bhmnd->bhmqn", "bhmqn,bhmnv->bhmqv")
+    v_hat = combiner_common.span_values(_merge(q_hat), k_line, v_line,          # [B, H, M, E*N, V]
+                                        key_valid[:, :, :, None, :] & order.reshape(-1, size),
+                                        *spec)
+    v_hat = _merge(jnp.transpose(v_hat.reshape(*v_hat.shape[:3], len(befores), size, -1),
+                                 (0, 1, 4, 3, 2, 5)))                           # [B, H, N, E*M, V]
+    if along_rows:
+      other_lines = _order(other, False, None)                                  # [C, T]: t != c
+    else:
+      other_lines = _order(other, causal, None)                                 # [R, Z]
+    allowed = _merge(nonempty)[:, :, :, None, :] & jnp.tile(other_lines, (1, len(befores)))
+    return _merge(k_hat), v_hat, allowed
+
+  def attend(vertical, horizontal, part_rng):
+    row = [(k_rm, v_rm, row_allowed)] + ([span_family(along_rows=True)] if vertical else [])
+    col = [(k_cm, v_cm, col_allowed)] + ([span_family(along_rows=False)] if horizontal else [])
+    # One key axis per family (direct keys, then span summaries): one matmul each way per family.
+    row, col = _concat_keys(row), _concat_keys(col)
+    keys = None if part_rng is None else jax.random.split(part_rng, 2)
+    drop = None if keys is None else (
+        lambda w, i: combiner_common.dropout(w, dropout_rate, keys[i]))
+    (row_k, row_v, row_ok), (col_k, col_v, col_ok) = row, col
+    return common.grid_masked_attention(                                    # [B, H, R, C, V]
+        [(common.dot_logits(q_rm, row_k, "bhrcd,bhrkd->bhrck"), row_ok, row_v)],
+        [(common.dot_logits(q_cm, col_k, "bhcrd,bhckd->bhcrk"), col_ok, col_v)], drop)
 
   if spans == "vertical":
-    out = attend(True, False)
+    out = attend(True, False, rng)
   elif spans == "horizontal":
-    out = attend(False, True)
+    out = attend(False, True, rng)
   elif mixture == "joint":
-    out = attend(True, True)
+    out = attend(True, True, rng)
   else:
     rng_v, rng_h = (None, None) if rng is None else jax.random.split(rng)
-    out = (0.5 * (attend(True, False, rng_v) + attend(False, True, rng_h))).astype(dtype)
-  return blocks.from_blocks(out)[:, :length]
+    out = 0.5 * (attend(True, False, rng_v) + attend(False, True, rng_h))
+  return blocks.from_grid(out.astype(dtype))[:, :length]
 
 
-def _stacked_scan(x, valid, axis, kind, befores):
-  """Exclusive prefix (``before``) / suffix scans of :func:`combiner_common.exclusive_scan_pool`,
-  stacked on a new leading axis E."""
-  scans = [combiner_common.exclusive_scan_pool(x, valid, axis, kind, not before) for before in befores]
-  return jnp.stack([s for s, _ in scans]), jnp.stack([n for _, n in scans])
+def _concat_keys(parts):
+  """[(keys [B, H, A, K_i, D], values [B, H, A, K_i, V], allowed [B, 1, A, 1|Q, K_i]), ...] -> one
+  (keys, values, allowed) with the K_i concatenated."""
+  if len(parts) == 1:
+    return parts[0]
+  keys, values, allowed = zip(*parts)
+  queries = max(a.shape[3] for a in allowed)
+  allowed = [jnp.broadcast_to(a, a.shape[:3] + (queries, a.shape[4])) for a in allowed]
+  return (jnp.concatenate(keys, 3), jnp.concatenate(values, 3), jnp.concatenate(allowed, 4))
+
+
+def _merge(x):
+  """Merges axes 3 and 4 (span direction E and line position): [B, H, A, E, N, ...] -> [B, H, A, E*N, ...]."""
+  return x.reshape(*x.shape[:3], x.shape[3] * x.shape[4], *x.shape[5:])

@@ -85,41 +85,78 @@ def _expand(flag: jax.Array, x: jax.Array, dropped_axis: int | None = None) -> j
   return flag.reshape(flag.shape + (1,) * (ndim - flag.ndim))
 
 
-def _shift(x: jax.Array, axis: int, reverse: bool, fill) -> jax.Array:
-  """Shifts ``x`` by one along ``axis`` (towards higher indices, or lower when ``reverse``), filling."""
-  size = x.shape[axis]
-  pad = jnp.full_like(jax.lax.slice_in_dim(x, 0, 1, axis=axis), fill)
-  if reverse:
-    return jnp.concatenate([jax.lax.slice_in_dim(x, 1, size, axis=axis), pad], axis)
-  return jnp.concatenate([pad, jax.lax.slice_in_dim(x, 0, size - 1, axis=axis)], axis)
+def exclusive_line_pools(xs: Sequence[jax.Array], valid: jax.Array, kind: str, reverse: bool = False
+                         ) -> tuple[list[jax.Array], jax.Array]:
+  """Exclusive prefix (suffix when ``reverse``) summaries along the LEADING axis of every ``xs[i]``.
 
-
-def exclusive_scan_pool(x: jax.Array, valid: jax.Array, axis: int, kind: str,
-                        reverse: bool = False) -> tuple[jax.Array, jax.Array]:
-  """Prefix summaries: entry ``t`` pools ``x`` over the valid positions strictly before ``t`` along
-  ``axis`` (strictly after ``t`` when ``reverse``). Same conventions as :func:`pool`, but ``axis`` is kept:
-  returns summaries shaped like ``x`` and ``nonempty`` shaped like ``valid``.
-
-  A cumulative max or sum/count, shifted by one. The max is a full-width ``reduce_window`` (what
-  ``lax.cummax`` lowers to on CPU/GPU) because its gradient compiles far faster than ``lax.cummax``'s
-  associative-scan JVP; O(size^2) per line, which the Combiner cores pair with O(size^2) span values.
+  xs: arrays [N, ...] (lines of length N leading: one sequential scan visits each line position once);
+  valid: bool [N, ...] covering leading axes of each x (trailing unit axes broadcast). Entry ``t`` of a
+  summary pools x over the valid positions strictly before ``t`` (strictly after when ``reverse``), with
+  the conventions of :func:`pool`: returns (summaries shaped like xs, ``nonempty`` shaped like valid).
   """
-  acc = common.accum_dtype(x)
-  count = _shift(jax.lax.cumsum(valid.astype(acc), axis, reverse=reverse), axis, reverse, 0)
+  acc = common.accum_dtype(*xs)
+  count = _exclusive_scan(lambda r, v: r + v, (valid.astype(acc),), 0, reverse)[0]
   nonempty = count > 0
-  valid, count, fill = _expand(valid, x), _expand(count, x), _expand(nonempty, x)
+  masks = [_expand(valid, x) for x in xs]
+  fill = [_expand(nonempty, x) for x in xs]
   if kind == "max":
-    low = jnp.finfo(x.dtype).min
-    size, window = x.shape[axis], [1] * x.ndim
-    window[axis], padding = size, [(0, 0)] * x.ndim
-    padding[axis] = (0, size - 1) if reverse else (size - 1, 0)
-    run = jax.lax.reduce_window(jnp.where(valid, x, low), -jnp.inf, jax.lax.max, tuple(window),
-                                (1,) * x.ndim, padding)
-    out = _shift(run, axis, reverse, low)
+    out = exclusive_cummax(tuple(jnp.where(m, x, jnp.finfo(x.dtype).min) for m, x in zip(masks, xs)),
+                           reverse)
   else:
-    run = jax.lax.cumsum(jnp.where(valid, x, 0).astype(acc), axis, reverse=reverse)
-    out = (_shift(run, axis, reverse, 0) / jnp.maximum(count, 1)).astype(x.dtype)
-  return jnp.where(fill, out, 0), nonempty
+    sums = _exclusive_scan(lambda r, v: r + v, tuple(jnp.where(m, x, 0).astype(acc)
+                                                      for m, x in zip(masks, xs)), 0, reverse)
+    out = [(s / jnp.maximum(_expand(count, s), 1)).astype(x.dtype) for s, x in zip(sums, xs)]
+  return [jnp.where(f, o, 0) for f, o in zip(fill, out)], nonempty
+
+
+def _exclusive_scan(op, xs, init, reverse):
+  """Exclusive running ``op`` over the leading axis of each of ``xs`` (entry t: op over entries < t,
+  or > t when ``reverse``); ``init`` is the empty value. One ``lax.scan`` for all of them."""
+  def step(run, x):
+    return tuple(op(r, xi) for r, xi in zip(run, x)), run
+  start = tuple(jnp.full_like(x[0], init) for x in xs)
+  return jax.lax.scan(step, start, tuple(xs), reverse=reverse)[1]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def exclusive_cummax(xs: tuple[jax.Array, ...], reverse: bool = False) -> tuple[jax.Array, ...]:
+  """Exclusive running max over the leading axis of each of ``xs``: entry t = max of entries before t
+  (after t when ``reverse``); the empty max is the dtype's lowest finite value.
+
+  A sequential ``lax.scan`` with a hand-written VJP: ``lax.cummax`` lowers to an O(N^2) window reduction
+  on CPU/GPU and differentiates through an associative scan that takes seconds to compile per call,
+  while the Combiner's lines (a grid row or column) are short. The gradient of every output entry goes
+  to the FIRST position attaining that maximum (a valid subgradient; ``lax.cummax`` may split ties).
+  """
+  return _exclusive_cummax_fwd(xs, reverse)[0]
+
+
+def _exclusive_cummax_fwd(xs, reverse):
+  out = _exclusive_scan(jnp.maximum, xs, jnp.finfo(xs[0].dtype).min, reverse)
+  return out, (xs, out)
+
+
+def _exclusive_cummax_bwd(reverse, residuals, grads):
+  """Visits positions in reverse scan order. Output t's maximum was attained at the last "record"
+  (x_u > running max before u) visited before t in scan order, so gradients accumulate until the scan
+  reaches a record, which takes them all."""
+  xs, outs = residuals
+
+  def step(carry, inputs):
+    acc, g_next = carry
+    x, e, g = inputs
+    acc = tuple(a + gn for a, gn in zip(acc, g_next))
+    record = tuple(xi > ei for xi, ei in zip(x, e))
+    dx = tuple(jnp.where(r, a, 0) for r, a in zip(record, acc))
+    acc = tuple(jnp.where(r, 0, a) for r, a in zip(record, acc))
+    return (acc, g), dx
+
+  zeros = tuple(jnp.zeros_like(x[0]) for x in xs)
+  _, dxs = jax.lax.scan(step, (zeros, zeros), (xs, outs, tuple(grads)), reverse=not reverse)
+  return (dxs,)
+
+
+exclusive_cummax.defvjp(_exclusive_cummax_fwd, _exclusive_cummax_bwd)
 
 
 def span_values(q_hat: jax.Array, key: jax.Array, value: jax.Array, allowed: jax.Array,
@@ -129,8 +166,7 @@ def span_values(q_hat: jax.Array, key: jax.Array, value: jax.Array, allowed: jax
   The softmax runs over the last axis of ``einsum(logits_spec, q_hat, key)``; ``allowed`` broadcasts
   to it.
   """
-  probs = common.masked_softmax(common.dot_logits(q_hat, key, logits_spec), allowed)
-  return jnp.einsum(out_spec, probs.astype(value.dtype), value)
+  return common.masked_attention(common.dot_logits(q_hat, key, logits_spec), allowed, value, out_spec)
 
 
 def dropout_rng(module: nn.Module, rate: float, deterministic: bool) -> jax.Array | None:

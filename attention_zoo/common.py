@@ -6,7 +6,9 @@ Axis legend used across the zoo: ``B`` batch, ``L`` length, ``H`` heads, ``D`` q
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -42,6 +44,89 @@ def masked_softmax(logits: jax.Array, allowed: jax.Array, axis: int = -1) -> jax
   weights = jnp.exp(logits - peak) * allowed
   total = jnp.sum(weights, axis=axis, keepdims=True)
   return weights / jnp.where(total > 0, total, 1.0)
+
+
+def unnormalized_weights(logits: jax.Array, allowed: jax.Array, peak: jax.Array) -> jax.Array:
+  """``exp(logits - peak) * allowed`` in float32 or wider: the numerator of a masked softmax whose
+  per-query maximum ``peak`` (broadcastable, no gradient) the caller has taken. Exact zeros where not
+  allowed; disallowed logits may be anything finite or not."""
+  logits = jnp.where(allowed, logits.astype(accum_dtype(logits)), NEG_INF)
+  return jnp.exp(logits - peak) * allowed
+
+
+def normalize(out: jax.Array, total: jax.Array) -> jax.Array:
+  """``out [..., V] / total [...]`` (a zero ``total`` leaves ``out``, then all zeros, unchanged).
+
+  Written as an einsum with the reciprocal so that the gradient w.r.t. ``total`` is a batched dot
+  product: the ``reduce(multiply)`` autodiff makes of a broadcast division runs ~15x slower on XLA:CPU
+  whenever an axis has size 1 (e.g. batch 1), measured at 36 ms vs 2.4 ms for [1, 4, 64, 128, 64].
+  """
+  return jnp.einsum("...v,...->...v", out, 1.0 / jnp.where(total > 0, total, 1.0))
+
+
+def masked_attention(logits: jax.Array, allowed: jax.Array, value: jax.Array, spec: str,
+                     dropout: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
+  """``einsum(spec, masked_softmax(logits, allowed), value)`` with the normalization deferred.
+
+  The softmax runs over the last axis of ``logits`` and the einsum output must be ``logits.shape[:-1]
+  + (V,)``: the unnormalized weights are contracted with ``value`` and the [.., V] result divided by the
+  per-query normalizer, so the backward pass needs no reduction over keys (on XLA:CPU such reductions
+  cost more than the matmuls). Same values as the normalized form; zero output where nothing is
+  allowed. ``dropout`` (optional) drops the unnormalized weights; the normalizer uses undropped ones.
+  """
+  masked = jnp.where(allowed, logits.astype(accum_dtype(logits)), NEG_INF)
+  peak = jax.lax.stop_gradient(jnp.max(masked, -1, keepdims=True))
+  weights = jnp.exp(masked - peak) * allowed
+  total = jnp.sum(weights, -1)
+  if dropout is not None:
+    weights = dropout(weights)
+  out = jnp.einsum(spec, weights.astype(value.dtype), value, preferred_element_type=weights.dtype)
+  if out.shape[:-1] != total.shape:
+    raise ValueError(f"einsum {spec!r} must give logits.shape[:-1] + (V,) = {total.shape} + (V,); "
+                     f"got {out.shape}")
+  return normalize(out, total).astype(value.dtype)
+
+
+def grid_masked_attention(row_parts: Sequence[tuple[jax.Array, jax.Array, jax.Array]],
+                          col_parts: Sequence[tuple[jax.Array, jax.Array, jax.Array]],
+                          dropout: Callable[[jax.Array, int], jax.Array] | None = None) -> jax.Array:
+  """``softmax(logits) @ values`` with ONE masked softmax per query over key families held in two
+  grid layouts (the axial cores).
+
+  A query sits at (row r, column c) of a grid. ``row_parts`` are ``(logits [B, H, R, C, K], allowed,
+  values [B, H, R, K, V])`` in row-major query order, ``col_parts`` the same in column-major order
+  (logits [B, H, C, R, K], values [B, H, C, K, V]); ``allowed`` broadcasts to its logits. Every family
+  is contracted with its batch axes leading; only per-query statistics ([B, H, R, C]) and the column
+  outputs are transposed. The normalization is deferred to the output (divide the [.., V] result, not
+  the [.., K] weights), so the backward pass needs no reduction over keys. Same result as
+  :func:`masked_softmax` over the concatenation of all parts followed by the value contraction (exact
+  zero weight where not allowed, zero output where nothing is allowed). ``dropout(weights, part)``
+  (optional) drops unnormalized weights; the normalizer always uses the undropped ones.
+  Returns [B, H, R, C, V] in the values' dtype.
+  """
+  swap = lambda a: jnp.swapaxes(a, -1, -2)
+  masked = lambda l, a: jnp.where(a, l.astype(accum_dtype(l)), NEG_INF)
+  peaks = ([jnp.max(masked(l, a), -1) for l, a, _ in row_parts]
+           + [swap(jnp.max(masked(l, a), -1)) for l, a, _ in col_parts])
+  peak = jax.lax.stop_gradient(functools.reduce(jnp.maximum, peaks))    # [B, H, R, C]
+  row_w = [unnormalized_weights(l, a, peak[..., None]) for l, a, _ in row_parts]
+  col_w = [unnormalized_weights(l, a, swap(peak)[..., None]) for l, a, _ in col_parts]
+  total = functools.reduce(jnp.add, [jnp.sum(w, -1) for w in row_w]
+                           + [swap(jnp.sum(w, -1)) for w in col_w])
+  drop = (lambda w, i: w) if dropout is None else dropout
+  dtype = (row_parts or col_parts)[0][2].dtype
+  out = [jnp.einsum("bhrck,bhrkv->bhrcv", drop(w, i).astype(dtype), v,
+                    preferred_element_type=w.dtype)
+         for i, (w, (_, _, v)) in enumerate(zip(row_w, row_parts))]
+  out += [swap_lines(jnp.einsum("bhcrk,bhckv->bhcrv", drop(w, len(row_w) + i).astype(dtype), v,
+                                preferred_element_type=w.dtype))
+          for i, (w, (_, _, v)) in enumerate(zip(col_w, col_parts))]
+  return normalize(functools.reduce(jnp.add, out), total).astype(dtype)
+
+
+def swap_lines(x: jax.Array) -> jax.Array:
+  """Row-major <-> column-major grid order: swaps axes 2 and 3 of [B, H, R|C, C|R, ...]."""
+  return jnp.swapaxes(x, 2, 3)
 
 
 def dot_logits(query: jax.Array, key: jax.Array, spec: str) -> jax.Array:
