@@ -81,38 +81,50 @@ class CombinerRowmajorAttention(nn.Module):
 @functools.partial(jax.jit, static_argnames=("width", "causal", "kind", "dropout_rate"))
 def _rowmajor(query, key, value, mask, fk, proj, rng, *, width, causal, kind, dropout_rate):
   """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L]; fk: key abstraction features
-  ([B, L, H, D], ``row_summary="pool"``) or None; proj: [D, D] (``"proj"``) or None."""
+  ([B, L, H, D], ``row_summary="pool"``) or None; proj: [D, D] (``"proj"``) or None.
+
+  Layouts as in Combiner-Axial: head-major row-major ``_rm`` [B, H, R, C, X] for the row attention and
+  the span summaries, column-major ``_cm`` [B, H, C, R, X] for the span logits (query (r, c) against
+  summary (z, c): same column), one softmax across both (:func:`common.grid_masked_attention`).
+  """
   length = query.shape[1]
   rows, cols = blocks.grid_shape(length, width)
-  grid = lambda x, fill=0: blocks.to_blocks(common.pad_axis(x, cols, 1, fill), cols)  # [B, R, C, ...]
-  q, k, v, valid = grid(query), grid(key), grid(value), grid(mask, False)
-  dtype = v.dtype
+  pad = lambda x: common.pad_axis(x, cols, 1)
+  q_rm, k_rm, v_rm = (blocks.grid_layouts(pad(x), cols)[0] for x in (query, key, value))
+  valid_rm = blocks.to_blocks(common.pad_axis(mask, cols, 1, False), cols)[:, None]  # [B, 1, R, C]
+  dtype = v_rm.dtype
 
   # Padded positions take their row's max-pooled query, so span summaries never read padding.
-  row_query, row_nonempty = combiner_common.pool(q, valid, 2, "max")        # [B, R, H, D], [B, R]
-  q = jnp.where(valid[..., None, None], q, row_query[:, :, None])
+  row_query, row_nonempty = combiner_common.pool(q_rm, valid_rm, 3, "max")  # [B, H, R, D], [B, 1, R]
+  q_rm = jnp.where(valid_rm[..., None], q_rm, row_query[:, :, :, None])
 
-  # Row attention of every position: the direct logits and, for other rows, the span distributions.
-  row_logits = common.dot_logits(q, k, "brchd,brthd->brcht")                 # [B, R, C, H, T]
-  row_probs = common.masked_softmax(row_logits, valid[:, :, None, None, :])
-  v_hat = jnp.einsum("bzcht,bzthv->bzchv", row_probs.astype(dtype), v)        # [B, Z, C, H, V]
-  if fk is not None:
-    k_row, _ = combiner_common.pool(grid(fk), valid, 2, kind)                  # [B, Z, H, D]
-    k_hat = jnp.broadcast_to(k_row[:, :, None], k.shape)                      # [B, Z, C, H, D]
-  else:
-    k_hat = jnp.einsum("bzcht,bzthd->bzchd", row_probs.astype(k.dtype), k)
+  # Row attention of every position: the direct logits and, for other rows, the span distributions
+  # a[z, c, :], applied to values (v^) and, for "proj"/"wsum", to keys (the summary key), in one pass.
+  row_logits = common.dot_logits(q_rm, k_rm, "bhrcd,bhrtd->bhrct")          # [B, H, R, C, T]
+  row_keys_ok = valid_rm[:, :, :, None, :]                                   # [B, 1, R, 1, T]
+  if fk is None:
+    both = common.masked_attention(row_logits, row_keys_ok,
+                                   jnp.concatenate([v_rm, k_rm.astype(dtype)], -1),
+                                   "bhzct,bhztx->bhzcx")                     # [B, H, Z, C, V + D]
+    v_hat, k_hat = both[..., :v_rm.shape[-1]], both[..., v_rm.shape[-1]:].astype(k_rm.dtype)
     if proj is not None:
-      k_hat = k_hat + jnp.einsum("bzchd,de->bzche", k_hat, proj.astype(k_hat.dtype))
+      k_hat = k_hat + jnp.einsum("bhzcd,de->bhzce", k_hat, proj.astype(k_hat.dtype))
+  else:
+    v_hat = common.masked_attention(row_logits, row_keys_ok, v_rm, "bhzct,bhztv->bhzcv")
+    fk_rm = blocks.grid_layouts(pad(fk), cols)[0]
+    k_row, _ = combiner_common.pool(fk_rm, valid_rm, 3, kind)                 # [B, H, Z, D]
+    k_hat = jnp.broadcast_to(k_row[:, :, :, None], k_rm.shape)               # [B, H, Z, C, D]
 
-  row_allowed = valid[:, :, None, None, :]                                    # [B, R, 1, 1, T]
+  row_allowed = row_keys_ok
   if causal:
-    row_allowed = row_allowed & common.causal_allowed(cols, cols)[None, None, :, None, :]
+    row_allowed = row_allowed & common.causal_allowed(cols, cols)             # [C, T]
   z, r = np.arange(rows)[None, :], np.arange(rows)[:, None]
   other_rows = jnp.asarray(z < r if causal else z != r)                       # [R, Z]
-  span_allowed = row_nonempty[:, None, None, None, :] & other_rows[None, :, None, None, :]
-  probs = combiner_common.joint_softmax(
-      [(row_logits, row_allowed),
-       (common.dot_logits(q, k_hat, "brchd,bzchd->brchz"), span_allowed)], dropout_rate, rng)
-  out = (jnp.einsum("brcht,brthv->brchv", probs[0].astype(dtype), v)
-         + jnp.einsum("brchz,bzchv->brchv", probs[1].astype(dtype), v_hat))
-  return blocks.from_blocks(out)[:, :length]
+  span_allowed = row_nonempty[:, :, None, None, :] & other_rows               # [B, 1, 1, R, Z]
+  swap = common.swap_lines
+  span_logits = common.dot_logits(swap(q_rm), swap(k_hat), "bhcrd,bhczd->bhcrz")  # [B, H, C, R, Z]
+  keys = None if rng is None else jax.random.split(rng, 2)
+  drop = None if keys is None else (lambda w, i: combiner_common.dropout(w, dropout_rate, keys[i]))
+  out = common.grid_masked_attention([(row_logits, row_allowed, v_rm)],
+                                     [(span_logits, span_allowed, swap(v_hat))], drop)
+  return blocks.from_grid(out)[:, :length]
