@@ -167,9 +167,7 @@ def _axial(query, key, value, mask, fq, fk, rng, *, width, spans, mixture, causa
     col = [(k_cm, v_cm, col_allowed)] + ([span_family(along_rows=False)] if horizontal else [])
     # One key axis per family (direct keys, then span summaries): one matmul each way per family.
     row, col = _concat_keys(row), _concat_keys(col)
-    keys = None if part_rng is None else jax.random.split(part_rng, 2)
-    drop = None if keys is None else (
-        lambda w, i: combiner_common.dropout(w, dropout_rate, keys[i]))
+    drop = combiner_common.dropout_fn(dropout_rate, part_rng, 2)
     (row_k, row_v, row_ok), (col_k, col_v, col_ok) = row, col
     return common.grid_masked_attention(                                    # [B, H, R, C, V]
         [(common.dot_logits(q_rm, row_k, "bhrcd,bhrkd->bhrck"), row_ok, row_v)],

@@ -123,8 +123,7 @@ def _rowmajor(query, key, value, mask, fk, proj, rng, *, width, causal, kind, dr
   span_allowed = row_nonempty[:, :, None, None, :] & other_rows               # [B, 1, 1, R, Z]
   swap = common.swap_lines
   span_logits = common.dot_logits(swap(q_rm), swap(k_hat), "bhcrd,bhczd->bhcrz")  # [B, H, C, R, Z]
-  keys = None if rng is None else jax.random.split(rng, 2)
-  drop = None if keys is None else (lambda w, i: combiner_common.dropout(w, dropout_rate, keys[i]))
+  drop = combiner_common.dropout_fn(dropout_rate, rng, 2)
   out = common.grid_masked_attention([(row_logits, row_allowed, v_rm)],
                                      [(span_logits, span_allowed, swap(v_hat))], drop)
   return blocks.from_grid(out)[:, :length]

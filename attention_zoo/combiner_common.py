@@ -186,18 +186,13 @@ def dropout(probs: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
   return jnp.where(keep, probs / (1.0 - rate), 0.0)
 
 
-def joint_softmax(parts: Sequence[tuple[jax.Array, jax.Array]], dropout_rate: float,
-                  rng: jax.Array | None) -> list[jax.Array]:
-  """One softmax over the concatenated last axes of ``parts``, then attention dropout, split back.
-
-  parts: ``(logits [..., K_p], allowed broadcastable to logits)`` with equal leading axes.
-  Returns one probability array per part ([..., K_p], float32 or wider).
-  """
-  logits = jnp.concatenate([l.astype(common.accum_dtype(l)) for l, _ in parts], axis=-1)
-  allowed = jnp.concatenate([jnp.broadcast_to(a, l.shape) for l, a in parts], axis=-1)
-  probs = dropout(common.masked_softmax(logits, allowed), dropout_rate, rng)
-  cuts = np.cumsum([l.shape[-1] for l, _ in parts])[:-1]
-  return jnp.split(probs, cuts, axis=-1)
+def dropout_fn(rate: float, rng: jax.Array | None, num_parts: int):
+  """The ``dropout(weights, part)`` callback of :func:`common.joint_masked_attention`: inverted
+  dropout with an independent key per part, or None when dropout is off."""
+  if rng is None or rate <= 0.0:
+    return None
+  keys = jax.random.split(rng, num_parts)
+  return lambda weights, part: dropout(weights, rate, keys[part])
 
 
 @functools.partial(jax.jit, static_argnames=("causal", "num_summary", "kind", "dropout_rate"))
@@ -223,11 +218,17 @@ def block_combiner(qb: jax.Array, kb: jax.Array, vb: jax.Array, valid: jax.Array
             else (np.arange(num_blocks)[None, :] != np.arange(num_blocks)[:, None]))   # [N(n), N(z)]
   others = jnp.asarray(others)[None, :, None, None, :]                                # [1, N, 1, 1, Z]
 
+  dtype = vb.dtype
+  contract = lambda spec, values, shape=None: lambda w: jnp.einsum(
+      spec, (w if shape is None else w.reshape(*w.shape[:4], *shape)).astype(dtype), values,
+      preferred_element_type=w.dtype)
+
   # Direct: own block.
   local_allowed = valid[:, :, None, None, :]                                          # [B, N, 1, 1, T]
   if causal:
     local_allowed = local_allowed & common.causal_allowed(size, size)[None, None, :, None, :]
-  parts = [(common.dot_logits(qb, kb, "bnshd,bnthd->bnsht"), local_allowed)]
+  parts = [(common.dot_logits(qb, kb, "bnshd,bnthd->bnsht"), local_allowed,
+            contract("bnsht,bnthv->bnshv", vb))]
 
   # Direct: the summary positions (last C offsets) of the other blocks, flattened to Z*C keys.
   if c:
@@ -235,7 +236,8 @@ def block_combiner(qb: jax.Array, kb: jax.Array, vb: jax.Array, valid: jax.Array
     col_logits = common.dot_logits(qb, ks, "bnshd,bzchd->bnshzc")
     col_allowed = ms[:, None, None, None, :, :] & others[..., None]     # [B, N, 1, 1, Z, C]
     parts.append((col_logits.reshape(*col_logits.shape[:4], -1),
-                  col_allowed.reshape(*col_allowed.shape[:4], -1)))
+                  col_allowed.reshape(*col_allowed.shape[:4], -1),
+                  contract("bnshzc,bzchv->bnshv", vs, (num_blocks, c))))
 
   # Spans: each block's non-summary positions, summarized once.
   member = valid & jnp.asarray(np.arange(size) < size - c)[None, None, :]             # [B, N, S]
@@ -244,13 +246,5 @@ def block_combiner(qb: jax.Array, kb: jax.Array, vb: jax.Array, valid: jax.Array
   v_hat = span_values(q_hat, kb, vb, member[:, :, None, :],
                       "bzhd,bzthd->bzht", "bzht,bzthv->bzhv")                         # [B, Z, H, V]
   parts.append((common.dot_logits(qb, k_hat, "bnshd,bzhd->bnshz"),
-                nonempty[:, None, None, None, :] & others))
-
-  probs = joint_softmax(parts, dropout_rate, rng)
-  dtype = vb.dtype
-  out = jnp.einsum("bnsht,bnthv->bnshv", probs[0].astype(dtype), vb)
-  if c:
-    out += jnp.einsum("bnshzc,bzchv->bnshv",
-                      probs[1].reshape(*probs[1].shape[:4], num_blocks, c).astype(dtype), vs)
-  out += jnp.einsum("bnshz,bzhv->bnshv", probs[-1].astype(dtype), v_hat)
-  return out
+                nonempty[:, None, None, None, :] & others, contract("bnshz,bzhv->bnshv", v_hat)))
+  return common.joint_masked_attention(parts, dropout_fn(dropout_rate, rng, len(parts))).astype(dtype)

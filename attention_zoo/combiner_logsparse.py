@@ -105,15 +105,15 @@ def _logsparse(query, key, value, mask, fq, fk, rng, *, causal, kind, dropout_ra
     k_hats.append(k_hat)
     nonempties.append(nonempty)
 
+  dtype = value.dtype
   self_logits = common.dot_logits(query, key, "blhd,blhd->blh")[..., None]        # [B, L, H, 1]
-  parts = [(self_logits, mask[:, :, None, None])]
+  parts = [(self_logits, mask[:, :, None, None], lambda w: w * value)]  # self: one key
   if counts:
     k_span = jnp.take(jnp.concatenate(k_hats, 1), index, axis=1)                # [B, L, P, H, D]
-    span_ok = jnp.take(jnp.concatenate(nonempties, 1), index, axis=1) & valid    # [B, L, P]
-    parts.append((common.dot_logits(query, k_span, "blhd,blphd->blhp"), span_ok[:, :, None, :]))
-  probs = combiner_common.joint_softmax(parts, dropout_rate, rng)
-  out = probs[0].astype(value.dtype) * value
-  if counts:
     v_span = jnp.take(jnp.concatenate(v_hats, 1), index, axis=1)                # [B, L, P, H, V]
-    out += jnp.einsum("blhp,blphv->blhv", probs[1].astype(value.dtype), v_span)
-  return out
+    span_ok = jnp.take(jnp.concatenate(nonempties, 1), index, axis=1) & valid    # [B, L, P]
+    parts.append((common.dot_logits(query, k_span, "blhd,blphd->blhp"), span_ok[:, :, None, :],
+                  lambda w: jnp.einsum("blhp,blphv->blhv", w.astype(dtype), v_span,
+                                       preferred_element_type=w.dtype)))
+  drop = combiner_common.dropout_fn(dropout_rate, rng, len(parts))
+  return common.joint_masked_attention(parts, drop).astype(dtype)

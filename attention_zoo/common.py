@@ -64,27 +64,39 @@ def normalize(out: jax.Array, total: jax.Array) -> jax.Array:
   return jnp.einsum("...v,...->...v", out, 1.0 / jnp.where(total > 0, total, 1.0))
 
 
+def joint_masked_attention(parts: Sequence[tuple[jax.Array, jax.Array, Callable[[jax.Array], jax.Array]]],
+                           dropout: Callable[[jax.Array, int], jax.Array] | None = None) -> jax.Array:
+  """Softmax attention with ONE masked softmax per query over several key parts, normalization deferred.
+
+  parts: ``(logits [..., K_p], allowed (broadcastable), contract)`` with the same leading (query) axes
+  ``...``; ``contract(weights [..., K_p])`` returns the weighted values [..., V]. The unnormalized
+  weights ``exp(logit - max) * allowed`` of every part are contracted and the summed [..., V] result is
+  divided by the per-query normalizer (:func:`normalize`), so the backward pass needs no reduction over
+  keys (on XLA:CPU such reductions cost more than the matmuls). Same values as ``masked_softmax`` over
+  the concatenated parts followed by the contraction: exact zero weight where not allowed, zero output
+  where nothing is allowed. ``dropout(weights, part)`` (optional) drops unnormalized weights; the
+  normalizer uses the undropped ones. Returns float32 or wider.
+  """
+  masked = [jnp.where(a, l.astype(accum_dtype(l)), NEG_INF) for l, a, _ in parts]
+  peak = jax.lax.stop_gradient(functools.reduce(jnp.maximum, [jnp.max(m, -1) for m in masked]))
+  weights = [jnp.exp(m - peak[..., None]) * a for m, (_, a, _) in zip(masked, parts)]
+  total = functools.reduce(jnp.add, [jnp.sum(w, -1) for w in weights])
+  drop = (lambda w, i: w) if dropout is None else dropout
+  out = functools.reduce(jnp.add, [contract(drop(w, i)) for i, (w, (_, _, contract))
+                                   in enumerate(zip(weights, parts))])
+  if out.shape[:-1] != total.shape:
+    raise ValueError(f"contract must give logits.shape[:-1] + (V,) = {total.shape} + (V,); got {out.shape}")
+  return normalize(out, total)
+
+
 def masked_attention(logits: jax.Array, allowed: jax.Array, value: jax.Array, spec: str,
                      dropout: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
-  """``einsum(spec, masked_softmax(logits, allowed), value)`` with the normalization deferred.
-
-  The softmax runs over the last axis of ``logits`` and the einsum output must be ``logits.shape[:-1]
-  + (V,)``: the unnormalized weights are contracted with ``value`` and the [.., V] result divided by the
-  per-query normalizer, so the backward pass needs no reduction over keys (on XLA:CPU such reductions
-  cost more than the matmuls). Same values as the normalized form; zero output where nothing is
-  allowed. ``dropout`` (optional) drops the unnormalized weights; the normalizer uses undropped ones.
-  """
-  masked = jnp.where(allowed, logits.astype(accum_dtype(logits)), NEG_INF)
-  peak = jax.lax.stop_gradient(jnp.max(masked, -1, keepdims=True))
-  weights = jnp.exp(masked - peak) * allowed
-  total = jnp.sum(weights, -1)
-  if dropout is not None:
-    weights = dropout(weights)
-  out = jnp.einsum(spec, weights.astype(value.dtype), value, preferred_element_type=weights.dtype)
-  if out.shape[:-1] != total.shape:
-    raise ValueError(f"einsum {spec!r} must give logits.shape[:-1] + (V,) = {total.shape} + (V,); "
-                     f"got {out.shape}")
-  return normalize(out, total).astype(value.dtype)
+  """``einsum(spec, masked_softmax(logits, allowed), value)`` with the normalization deferred (one part
+  of :func:`joint_masked_attention`). The softmax runs over the last axis of ``logits``; the einsum must
+  give ``logits.shape[:-1] + (V,)``. Returns ``value.dtype``."""
+  contract = lambda w: jnp.einsum(spec, w.astype(value.dtype), value, preferred_element_type=w.dtype)
+  drop = None if dropout is None else (lambda w, _: dropout(w))
+  return joint_masked_attention([(logits, allowed, contract)], drop).astype(value.dtype)
 
 
 def grid_masked_attention(row_parts: Sequence[tuple[jax.Array, jax.Array, jax.Array]],

@@ -105,11 +105,15 @@ class SparseFixedAttention(nn.Module):
     if cfg.causal:
       own_allowed = own_allowed & common.causal_allowed(size, size)
       sum_allowed = sum_allowed & (summary_pos <= positions[:, :, None])            # [N, Q, J]
-    logits = jnp.concatenate([own_logits, sum_logits], axis=-1)                     # [B, H, N, Q, K+J]
-    allowed = jnp.concatenate([jnp.broadcast_to(own_allowed, own_logits.shape),
-                               jnp.broadcast_to(sum_allowed, sum_logits.shape)], axis=-1)
-    probs = common.masked_softmax(logits, allowed)
-    probs = common.apply_dropout(probs, cfg.dropout_rate, deterministic).astype(value.dtype)
-    out = (jnp.einsum("bhnqk,bnkhv->bnqhv", probs[..., :size], blocks.to_blocks(value, size))
-           + jnp.einsum("bhnqj,bjhv->bnqhv", probs[..., size:], value[:, summary_pos]))
+    v_blocks, v_summary = blocks.to_blocks(value, size), value[:, summary_pos]
+    drop = None
+    if cfg.dropout_rate > 0.0 and not deterministic:
+      drop = lambda weights, _: common.apply_dropout(weights, cfg.dropout_rate, False)
+    out = common.joint_masked_attention([                                             # [B, H, N, Q, V]
+        (own_logits, own_allowed, lambda w: jnp.einsum("bhnqk,bnkhv->bhnqv", w.astype(value.dtype),
+                                                       v_blocks, preferred_element_type=w.dtype)),
+        (sum_logits, sum_allowed, lambda w: jnp.einsum("bhnqj,bjhv->bhnqv", w.astype(value.dtype),
+                                                       v_summary, preferred_element_type=w.dtype)),
+    ], drop)
+    out = jnp.transpose(out, (0, 2, 3, 1, 4)).astype(value.dtype)                     # [B, N, Q, H, V]
     return blocks.from_blocks(out)[:, :length]

@@ -37,6 +37,8 @@ class VanillaAttention(nn.Module):
     allowed = mask[:, None, None, :]                                  # [B, 1, 1, K]
     if self.config.causal:
       allowed = allowed & common.causal_allowed(length, length)[None, None]
-    probs = common.masked_softmax(logits, allowed)
-    probs = common.apply_dropout(probs, self.config.dropout_rate, deterministic)
-    return jnp.einsum("bhqk,bkhv->bqhv", probs.astype(value.dtype), value)
+    drop = None
+    if self.config.dropout_rate > 0.0 and not deterministic:
+      drop = lambda weights: common.apply_dropout(weights, self.config.dropout_rate, False)
+    out = common.masked_attention(logits, allowed, jnp.swapaxes(value, 1, 2), "bhqk,bhkv->bhqv", drop)
+    return jnp.swapaxes(out, 1, 2)                                    # [B, Q, H, V]

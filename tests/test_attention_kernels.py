@@ -1,6 +1,6 @@
-"""The fast building blocks of the axial cores against their plain definitions, values AND gradients
+"""The fast building blocks of the cores against their plain definitions, values AND gradients
 (float64): the scan-based exclusive running max (hand-written VJP), the line pools built on it, the
-deferred-normalization softmax-attention helpers, and end-to-end gradients of the grid cores.
+deferred-normalization softmax-attention helpers, and end-to-end gradients of the cores using them.
 """
 
 from __future__ import annotations
@@ -126,8 +126,13 @@ def test_grid_masked_attention_is_one_softmax_over_both_layouts(x64):
     ("combiner_mixture", {"mixture": "average"}),
     ("combiner_axial_rowmajor", {"causal": True}),
     ("combiner_axial_rowmajor", {"row_summary": "pool"}),
+    ("vanilla", {"causal": True}),
+    ("sparse_fixed", {}),
+    ("bigbird", {}),
+    ("combiner_fixed", {"causal": True}),
+    ("combiner_logsparse", {}),
 ])
-def test_grid_core_gradients_match_finite_differences(x64, name, overrides):
+def test_core_gradients_match_finite_differences(x64, name, overrides):
   """The whole core's reverse-mode gradient (custom running-max VJP, deferred normalization, layout
   transposes) against finite differences, with padding."""
   q, k, v = random_qkv(7, 2, 19, 2, 3, 2, dtype=jnp.float64)
