@@ -541,14 +541,19 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
   written: list[str] = []
   rel = lambda p: os.path.relpath(p, out_dir)
   train_records = [r for r in records if r.get("kind", "train") == "train"]
-  protocols = _protocol_order(protocols or [r["protocol"] for r in train_records] or ["smoke"])
+  bench_only = bool(records) and not train_records and not protocols
+  # An empty results dir still shows the smoke table ("no data" cells with the commands that fill
+  # them); a benchmark-only dir gets no accuracy section at all.
+  protocols = [] if bench_only else _protocol_order(
+      protocols or [r["protocol"] for r in train_records] or ["smoke"])
 
   index = ["# lra-bench report", "",
            f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} from "
            f"`{os.path.join(results_dir, results.RESULTS_FILE)}` ({len(records)} records)"
            + (f" by `{command}`." if command else "."), "",
-           f"Protocols: {', '.join(f'`{p}`' for p in protocols)}. "
-           f"Registered attentions: {', '.join(attention_zoo.list_attentions())}.", "",
+           (f"Protocols: {', '.join(f'`{p}`' for p in protocols)}. " if protocols else
+            "Benchmark records only (no accuracy section; train with `lra-bench suite`). ")
+           + f"Registered attentions: {', '.join(attention_zoo.list_attentions())}.", "",
            *_environment(records), ""]
 
   accuracy_reports = []

@@ -145,3 +145,15 @@ def test_viz_attention_command(tmp_path, fast_compile):
   assert os.path.getsize(path) > 0
   with pytest.raises(ValueError, match="unknown attention 'nope'"):
     commands.viz_attention("nope", 16, str(tmp_path / "n.png"))
+
+
+def test_benchmark_only_results_have_no_accuracy_section(tmp_path, fast_compile):
+  results_dir, out = str(tmp_path / "results"), str(tmp_path / "report")
+  for r in BENCH:
+    results.append_record(results_dir, r)
+  paths = report.write_report(results_dir, out, attention_names=["vanilla"])
+  names = {os.path.basename(p) for p in paths}
+  assert "efficiency_train_b4_cpu.md" in names and not any(n.startswith("accuracy_") for n in names)
+  with open(os.path.join(out, "index.md")) as f:
+    index = f.read()
+  assert "## Accuracy" not in index and "Benchmark records only" in index
