@@ -77,3 +77,21 @@ def test_bad_mode_and_config_fail_clearly():
     bench.bench_config("vanilla", 32, mode="backward")
   with pytest.raises(ValueError, match="unknown config key"):
     bench.bench_config("vanilla", 32, overrides=["model.nope=1"])
+
+
+def test_core_flops_script_slopes(fast_compile):
+  """scripts/core_flops.py: vanilla's core FLOPs grow as L^2, axial's as L^1.5 (grid m = sqrt(L))."""
+  import importlib.util
+  import os
+
+  import numpy as np
+
+  path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "core_flops.py")
+  spec = importlib.util.spec_from_file_location("core_flops", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  lengths = [256, 1024]
+  for name, expected in (("vanilla", 2.0), ("axial", 1.5)):
+    flops = [module.core_flops(name, n) for n in lengths]
+    slope = np.polyfit(np.log(lengths), np.log(flops), 1)[0]
+    assert abs(slope - expected) < 0.1, (name, slope)
