@@ -59,12 +59,6 @@ class AxialAttention(nn.Module):
 
   config: AxialConfig
 
-  def _dropout(self, deterministic):
-    """Attention dropout on (unnormalized) weights from the flax ``"dropout"`` stream, or None."""
-    if self.config.dropout_rate <= 0.0 or deterministic:
-      return None
-    return lambda weights, *_: common.apply_dropout(weights, self.config.dropout_rate, False)
-
   def _row_logits(self, q_rm, k_rm, mask_rm):
     """Row keys (row-major): logits [B, H, R, C, S] and allowed [B, 1, R, C|1, S]."""
     allowed = mask_rm[:, :, :, None, :]                                           # [B, 1, R, 1, S]
@@ -86,12 +80,14 @@ class AxialAttention(nn.Module):
   def _attend_row(self, q_rm, k_rm, v_rm, mask_rm, deterministic):
     """Attention within rows, all row-major [B, H, R, C, X]."""
     return common.masked_attention(*self._row_logits(q_rm, k_rm, mask_rm), v_rm,
-                                   "bhrcs,bhrsv->bhrcv", self._dropout(deterministic))
+                                   "bhrcs,bhrsv->bhrcv",
+                                   common.dropout_callback(self.config.dropout_rate, deterministic))
 
   def _attend_column(self, q_cm, k_cm, v_cm, mask_cm, deterministic):
     """Attention within columns, all column-major [B, H, C, R, X]."""
     return common.masked_attention(*self._column_logits(q_cm, k_cm, mask_cm), v_cm,
-                                   "bhcrt,bhctv->bhcrv", self._dropout(deterministic))
+                                   "bhcrt,bhctv->bhcrv",
+                                   common.dropout_callback(self.config.dropout_rate, deterministic))
 
   def _union(self, grids, deterministic):
     """Same row or same column, self once, one softmax over the C + R candidate keys."""
@@ -99,7 +95,7 @@ class AxialAttention(nn.Module):
     return common.grid_masked_attention(
         [(*self._row_logits(q_rm, k_rm, mask_rm), v_rm)],
         [(*self._column_logits(q_cm, k_cm, mask_cm, with_self=False), v_cm)],
-        self._dropout(deterministic))
+        common.dropout_callback(self.config.dropout_rate, deterministic))
 
   @nn.compact
   def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,

@@ -147,9 +147,7 @@ class BigBirdAttention(nn.Module):
     allowed = mask[:, None, None, None, :]
     if cfg.causal:
       allowed = allowed & (positions[global_ids][:, :, None] >= jnp.arange(key.shape[1]))
-    drop = None
-    if cfg.dropout_rate > 0.0 and not deterministic:
-      drop = lambda weights: common.apply_dropout(weights, cfg.dropout_rate, False)
+    drop = common.dropout_callback(cfg.dropout_rate, deterministic)
     out_global = jnp.transpose(common.masked_attention(                            # [B, G, S, H, V]
         logits, allowed, jnp.swapaxes(value, 1, 2), "bhgqk,bhkv->bhgqv", drop), (0, 2, 3, 1, 4))
     if num_blocks <= 2:
@@ -167,11 +165,9 @@ class BigBirdAttention(nn.Module):
       allowed = allowed & (key_pos[:, :, None] <= positions[1:-1, :, None, None])[None]
     shape = logits.shape                                # one softmax over the K·S keys of a query
     allowed = jnp.broadcast_to(allowed, shape).reshape(*shape[:4], -1)
-    contract = lambda w: jnp.einsum("bhnqkt,bnkthv->bhnqv", w.reshape(shape).astype(value.dtype),
-                                    v_sel, preferred_element_type=w.dtype)
+    contract = lambda w: common.contraction("bhnqkt,bnkthv->bhnqv", v_sel)(w.reshape(shape))
     out_middle = common.joint_masked_attention(                                    # [B, N', S, H, V]
-        [(logits.reshape(*shape[:4], -1), allowed, contract)],
-        None if drop is None else (lambda w, _: drop(w)))
+        [(logits.reshape(*shape[:4], -1), allowed, contract)], drop)
     out_middle = jnp.transpose(out_middle, (0, 2, 3, 1, 4)).astype(value.dtype)
     out = jnp.concatenate([out_global[:, :1], out_middle, out_global[:, 1:]], axis=1)
     return blocks.from_blocks(out)[:, :length]

@@ -3,8 +3,8 @@
 Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``V`` value dim,
 grid rows ``R`` = n (query row ``r``, other row ``z``), grid columns ``C`` = m (query column ``c``,
 other column ``t``), ``E`` span directions (before / after the query along a line), ``N`` position
-along a line and ``M`` which line (span scans), ``K`` keys of a family. Position ``i = r m + c`` (row-major); m = ``width`` or ceil(sqrt(L)); the grid is
-padded to n m and the padding masked.
+along a line and ``M`` which line (span scans), ``K`` keys of a family. Position ``i = r m + c``
+(row-major); m = ``width`` or ceil(sqrt(L)); the grid is padded to n m and the padding masked.
 
 For the query at ``(r, c)`` the direct set is the axial union: its whole row plus its column (self
 once). Causal: the row up to ``c`` and the column strictly above ``r``. The rest is covered by spans:

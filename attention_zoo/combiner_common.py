@@ -219,16 +219,13 @@ def block_combiner(qb: jax.Array, kb: jax.Array, vb: jax.Array, valid: jax.Array
   others = jnp.asarray(others)[None, :, None, None, :]                                # [1, N, 1, 1, Z]
 
   dtype = vb.dtype
-  contract = lambda spec, values, shape=None: lambda w: jnp.einsum(
-      spec, (w if shape is None else w.reshape(*w.shape[:4], *shape)).astype(dtype), values,
-      preferred_element_type=w.dtype)
 
   # Direct: own block.
   local_allowed = valid[:, :, None, None, :]                                          # [B, N, 1, 1, T]
   if causal:
     local_allowed = local_allowed & common.causal_allowed(size, size)[None, None, :, None, :]
   parts = [(common.dot_logits(qb, kb, "bnshd,bnthd->bnsht"), local_allowed,
-            contract("bnsht,bnthv->bnshv", vb))]
+            common.contraction("bnsht,bnthv->bnshv", vb))]
 
   # Direct: the summary positions (last C offsets) of the other blocks, flattened to Z*C keys.
   if c:
@@ -237,7 +234,8 @@ def block_combiner(qb: jax.Array, kb: jax.Array, vb: jax.Array, valid: jax.Array
     col_allowed = ms[:, None, None, None, :, :] & others[..., None]     # [B, N, 1, 1, Z, C]
     parts.append((col_logits.reshape(*col_logits.shape[:4], -1),
                   col_allowed.reshape(*col_allowed.shape[:4], -1),
-                  contract("bnshzc,bzchv->bnshv", vs, (num_blocks, c))))
+                  lambda w: common.contraction("bnshzc,bzchv->bnshv", vs)(
+                      w.reshape(*w.shape[:4], num_blocks, c))))
 
   # Spans: each block's non-summary positions, summarized once.
   member = valid & jnp.asarray(np.arange(size) < size - c)[None, None, :]             # [B, N, S]
@@ -246,5 +244,5 @@ def block_combiner(qb: jax.Array, kb: jax.Array, vb: jax.Array, valid: jax.Array
   v_hat = span_values(q_hat, kb, vb, member[:, :, None, :],
                       "bzhd,bzthd->bzht", "bzht,bzthv->bzhv")                         # [B, Z, H, V]
   parts.append((common.dot_logits(qb, k_hat, "bnshd,bzhd->bnshz"),
-                nonempty[:, None, None, None, :] & others, contract("bnshz,bzhv->bnshv", v_hat)))
+                nonempty[:, None, None, None, :] & others, common.contraction("bnshz,bzhv->bnshv", v_hat)))
   return common.joint_masked_attention(parts, dropout_fn(dropout_rate, rng, len(parts))).astype(dtype)

@@ -113,7 +113,6 @@ def _logsparse(query, key, value, mask, fq, fk, rng, *, causal, kind, dropout_ra
     v_span = jnp.take(jnp.concatenate(v_hats, 1), index, axis=1)                # [B, L, P, H, V]
     span_ok = jnp.take(jnp.concatenate(nonempties, 1), index, axis=1) & valid    # [B, L, P]
     parts.append((common.dot_logits(query, k_span, "blhd,blphd->blhp"), span_ok[:, :, None, :],
-                  lambda w: jnp.einsum("blhp,blphv->blhv", w.astype(dtype), v_span,
-                                       preferred_element_type=w.dtype)))
+                  common.contraction("blhp,blphv->blhv", v_span)))
   drop = combiner_common.dropout_fn(dropout_rate, rng, len(parts))
   return common.joint_masked_attention(parts, drop).astype(dtype)

@@ -46,14 +46,6 @@ def masked_softmax(logits: jax.Array, allowed: jax.Array, axis: int = -1) -> jax
   return weights / jnp.where(total > 0, total, 1.0)
 
 
-def unnormalized_weights(logits: jax.Array, allowed: jax.Array, peak: jax.Array) -> jax.Array:
-  """``exp(logits - peak) * allowed`` in float32 or wider: the numerator of a masked softmax whose
-  per-query maximum ``peak`` (broadcastable, no gradient) the caller has taken. Exact zeros where not
-  allowed; disallowed logits may be anything finite or not."""
-  logits = jnp.where(allowed, logits.astype(accum_dtype(logits)), NEG_INF)
-  return jnp.exp(logits - peak) * allowed
-
-
 def normalize(out: jax.Array, total: jax.Array) -> jax.Array:
   """``out [..., V] / total [...]`` (a zero ``total`` leaves ``out``, then all zeros, unchanged).
 
@@ -64,76 +56,74 @@ def normalize(out: jax.Array, total: jax.Array) -> jax.Array:
   return jnp.einsum("...v,...->...v", out, 1.0 / jnp.where(total > 0, total, 1.0))
 
 
-def joint_masked_attention(parts: Sequence[tuple[jax.Array, jax.Array, Callable[[jax.Array], jax.Array]]],
+def joint_masked_attention(parts: Sequence[tuple],
                            dropout: Callable[[jax.Array, int], jax.Array] | None = None) -> jax.Array:
   """Softmax attention with ONE masked softmax per query over several key parts, normalization deferred.
 
-  parts: ``(logits [..., K_p], allowed (broadcastable), contract)`` with the same leading (query) axes
-  ``...``; ``contract(weights [..., K_p])`` returns the weighted values [..., V]. The unnormalized
-  weights ``exp(logit - max) * allowed`` of every part are contracted and the summed [..., V] result is
-  divided by the per-query normalizer (:func:`normalize`), so the backward pass needs no reduction over
-  keys (on XLA:CPU such reductions cost more than the matmuls). Same values as ``masked_softmax`` over
-  the concatenated parts followed by the contraction: exact zero weight where not allowed, zero output
-  where nothing is allowed. ``dropout(weights, part)`` (optional) drops unnormalized weights; the
-  normalizer uses the undropped ones. Returns float32 or wider.
+  parts: ``(logits [..., K_p], allowed (broadcastable), contract[, reorder])``. ``contract(weights
+  [..., K_p])`` returns the weighted values [..., V] in the common query order. ``reorder`` (optional,
+  an involution such as :func:`swap_lines`) maps this part's per-query axes to the common order, for key
+  families contracted in another layout (the axial cores' column-major parts): only per-query
+  statistics are reordered, never the [..., K_p] weights. The unnormalized weights
+  ``exp(logit - max) * allowed`` of every part are contracted and the summed [..., V] result is divided
+  by the per-query normalizer (:func:`normalize`), so the backward pass needs no reduction over keys
+  (on XLA:CPU such reductions cost more than the matmuls). Same values as ``masked_softmax`` over the
+  concatenated parts followed by the contraction: exact zero weight where not allowed, zero output where
+  nothing is allowed. ``dropout(weights, part)`` (optional) drops unnormalized weights; the normalizer
+  uses the undropped ones. Returns float32 or wider.
   """
-  masked = [jnp.where(a, l.astype(accum_dtype(l)), NEG_INF) for l, a, _ in parts]
-  peak = jax.lax.stop_gradient(functools.reduce(jnp.maximum, [jnp.max(m, -1) for m in masked]))
-  weights = [jnp.exp(m - peak[..., None]) * a for m, (_, a, _) in zip(masked, parts)]
-  total = functools.reduce(jnp.add, [jnp.sum(w, -1) for w in weights])
+  reorders = [part[3] if len(part) > 3 else (lambda x: x) for part in parts]
+  masked = [jnp.where(a, l.astype(accum_dtype(l)), NEG_INF) for l, a, *_ in parts]
+  peak = jax.lax.stop_gradient(functools.reduce(
+      jnp.maximum, [r(jnp.max(m, -1)) for m, r in zip(masked, reorders)]))
+  weights = [jnp.exp(m - r(peak)[..., None]) * part[1] for m, r, part in zip(masked, reorders, parts)]
+  total = functools.reduce(jnp.add, [r(jnp.sum(w, -1)) for w, r in zip(weights, reorders)])
   drop = (lambda w, i: w) if dropout is None else dropout
-  out = functools.reduce(jnp.add, [contract(drop(w, i)) for i, (w, (_, _, contract))
-                                   in enumerate(zip(weights, parts))])
+  out = functools.reduce(jnp.add, [part[2](drop(w, i)) for i, (w, part) in enumerate(zip(weights, parts))])
   if out.shape[:-1] != total.shape:
-    raise ValueError(f"contract must give logits.shape[:-1] + (V,) = {total.shape} + (V,); got {out.shape}")
+    raise ValueError(f"contract must give the query axes {total.shape} + (V,); got {out.shape}")
   return normalize(out, total)
 
 
 def masked_attention(logits: jax.Array, allowed: jax.Array, value: jax.Array, spec: str,
-                     dropout: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
+                     dropout: Callable[[jax.Array, int], jax.Array] | None = None) -> jax.Array:
   """``einsum(spec, masked_softmax(logits, allowed), value)`` with the normalization deferred (one part
-  of :func:`joint_masked_attention`). The softmax runs over the last axis of ``logits``; the einsum must
-  give ``logits.shape[:-1] + (V,)``. Returns ``value.dtype``."""
-  contract = lambda w: jnp.einsum(spec, w.astype(value.dtype), value, preferred_element_type=w.dtype)
-  drop = None if dropout is None else (lambda w, _: dropout(w))
-  return joint_masked_attention([(logits, allowed, contract)], drop).astype(value.dtype)
+  of :func:`joint_masked_attention`, same ``dropout`` callback). The softmax runs over the last axis of
+  ``logits``; the einsum must give ``logits.shape[:-1] + (V,)``. Returns ``value.dtype``."""
+  return joint_masked_attention([(logits, allowed, contraction(spec, value))], dropout).astype(value.dtype)
+
+
+def contraction(spec: str, value: jax.Array) -> Callable[[jax.Array], jax.Array]:
+  """``weights -> einsum(spec, weights, value)`` in the values' dtype, accumulated in the weights'."""
+  return lambda w: jnp.einsum(spec, w.astype(value.dtype), value, preferred_element_type=w.dtype)
 
 
 def grid_masked_attention(row_parts: Sequence[tuple[jax.Array, jax.Array, jax.Array]],
                           col_parts: Sequence[tuple[jax.Array, jax.Array, jax.Array]],
                           dropout: Callable[[jax.Array, int], jax.Array] | None = None) -> jax.Array:
   """``softmax(logits) @ values`` with ONE masked softmax per query over key families held in two
-  grid layouts (the axial cores).
+  grid layouts (the axial cores): :func:`joint_masked_attention` with the column parts reordered.
 
   A query sits at (row r, column c) of a grid. ``row_parts`` are ``(logits [B, H, R, C, K], allowed,
   values [B, H, R, K, V])`` in row-major query order, ``col_parts`` the same in column-major order
   (logits [B, H, C, R, K], values [B, H, C, K, V]); ``allowed`` broadcasts to its logits. Every family
   is contracted with its batch axes leading; only per-query statistics ([B, H, R, C]) and the column
-  outputs are transposed. The normalization is deferred to the output (divide the [.., V] result, not
-  the [.., K] weights), so the backward pass needs no reduction over keys. Same result as
-  :func:`masked_softmax` over the concatenation of all parts followed by the value contraction (exact
-  zero weight where not allowed, zero output where nothing is allowed). ``dropout(weights, part)``
-  (optional) drops unnormalized weights; the normalizer always uses the undropped ones.
+  outputs are transposed. Parts are numbered row parts first for ``dropout(weights, part)``.
   Returns [B, H, R, C, V] in the values' dtype.
   """
-  swap = lambda a: jnp.swapaxes(a, -1, -2)
-  masked = lambda l, a: jnp.where(a, l.astype(accum_dtype(l)), NEG_INF)
-  peaks = ([jnp.max(masked(l, a), -1) for l, a, _ in row_parts]
-           + [swap(jnp.max(masked(l, a), -1)) for l, a, _ in col_parts])
-  peak = jax.lax.stop_gradient(functools.reduce(jnp.maximum, peaks))    # [B, H, R, C]
-  row_w = [unnormalized_weights(l, a, peak[..., None]) for l, a, _ in row_parts]
-  col_w = [unnormalized_weights(l, a, swap(peak)[..., None]) for l, a, _ in col_parts]
-  total = functools.reduce(jnp.add, [jnp.sum(w, -1) for w in row_w]
-                           + [swap(jnp.sum(w, -1)) for w in col_w])
-  drop = (lambda w, i: w) if dropout is None else dropout
-  dtype = (row_parts or col_parts)[0][2].dtype
-  out = [jnp.einsum("bhrck,bhrkv->bhrcv", drop(w, i).astype(dtype), v,
-                    preferred_element_type=w.dtype)
-         for i, (w, (_, _, v)) in enumerate(zip(row_w, row_parts))]
-  out += [swap_lines(jnp.einsum("bhcrk,bhckv->bhcrv", drop(w, len(row_w) + i).astype(dtype), v,
-                                preferred_element_type=w.dtype))
-          for i, (w, (_, _, v)) in enumerate(zip(col_w, col_parts))]
-  return normalize(functools.reduce(jnp.add, out), total).astype(dtype)
+  parts = [(l, a, contraction("bhrck,bhrkv->bhrcv", v)) for l, a, v in row_parts]
+  parts += [(l, a, lambda w, v=v: swap_lines(contraction("bhcrk,bhckv->bhcrv", v)(w)), swap_lines)
+            for l, a, v in col_parts]
+  return joint_masked_attention(parts, dropout).astype((row_parts or col_parts)[0][2].dtype)
+
+
+def dropout_callback(rate: float, deterministic: bool) -> Callable[[jax.Array, int], jax.Array] | None:
+  """The ``dropout(weights, part)`` callback of :func:`joint_masked_attention` for cores inside a flax
+  module: :func:`apply_dropout` (a fresh key from the ``"dropout"`` stream per call), or None when
+  dropout is off. Call it from the module's ``__call__``."""
+  if rate <= 0.0 or deterministic:
+    return None
+  return lambda weights, _part: apply_dropout(weights, rate, False)
 
 
 def swap_lines(x: jax.Array) -> jax.Array:

@@ -106,14 +106,9 @@ class SparseFixedAttention(nn.Module):
       own_allowed = own_allowed & common.causal_allowed(size, size)
       sum_allowed = sum_allowed & (summary_pos <= positions[:, :, None])            # [N, Q, J]
     v_blocks, v_summary = blocks.to_blocks(value, size), value[:, summary_pos]
-    drop = None
-    if cfg.dropout_rate > 0.0 and not deterministic:
-      drop = lambda weights, _: common.apply_dropout(weights, cfg.dropout_rate, False)
     out = common.joint_masked_attention([                                             # [B, H, N, Q, V]
-        (own_logits, own_allowed, lambda w: jnp.einsum("bhnqk,bnkhv->bhnqv", w.astype(value.dtype),
-                                                       v_blocks, preferred_element_type=w.dtype)),
-        (sum_logits, sum_allowed, lambda w: jnp.einsum("bhnqj,bjhv->bhnqv", w.astype(value.dtype),
-                                                       v_summary, preferred_element_type=w.dtype)),
-    ], drop)
+        (own_logits, own_allowed, common.contraction("bhnqk,bnkhv->bhnqv", v_blocks)),
+        (sum_logits, sum_allowed, common.contraction("bhnqj,bjhv->bhnqv", v_summary)),
+    ], common.dropout_callback(cfg.dropout_rate, deterministic))
     out = jnp.transpose(out, (0, 2, 3, 1, 4)).astype(value.dtype)                     # [B, N, Q, H, V]
     return blocks.from_blocks(out)[:, :length]

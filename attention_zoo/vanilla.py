@@ -37,8 +37,6 @@ class VanillaAttention(nn.Module):
     allowed = mask[:, None, None, :]                                  # [B, 1, 1, K]
     if self.config.causal:
       allowed = allowed & common.causal_allowed(length, length)[None, None]
-    drop = None
-    if self.config.dropout_rate > 0.0 and not deterministic:
-      drop = lambda weights: common.apply_dropout(weights, self.config.dropout_rate, False)
+    drop = common.dropout_callback(self.config.dropout_rate, deterministic)
     out = common.masked_attention(logits, allowed, jnp.swapaxes(value, 1, 2), "bhqk,bhkv->bhqv", drop)
     return jnp.swapaxes(out, 1, 2)                                    # [B, Q, H, V]
