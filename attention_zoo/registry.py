@@ -18,9 +18,10 @@ Every registered name then enters the registry-wide tests, the suite, the benchm
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar
 
 import flax.linen as nn
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,23 @@ class AttentionConfig:
 
   causal: bool = False
   dropout_rate: float = 0.0
+
+  # What the core promises about its effective attention matrix P (the ``value = eye(L)`` probe) on
+  # the rows of real (unpadded) queries. Class-level declarations, not config fields: the registry-wide
+  # tests check exactly what is declared, so a core that is not softmax-normalised (Linformer's
+  # projections, Nystrom's pseudo-inverse, FNet's Fourier mixing) says so here instead of being skipped.
+  # Every core, whatever it declares, gives exactly zero weight to padded keys.
+  nonnegative: ClassVar[bool] = True       # P >= 0
+  rows_sum_to_one: ClassVar[bool] = True   # every real row of P sums to 1
+  # The model name of this core's row in the published tables (reports/reference), if it has one.
+  paper_name: ClassVar[str | None] = None
+
+  def support(self, length: int) -> np.ndarray | None:
+    """bool [L, L] (query, key): the only pairs that may get non-zero weight at this length (without
+    padding), or None when the core promises no fixed pattern (e.g. data-dependent or random support).
+    Tests check the probe against it; the attention-pattern plots may draw it."""
+    del length
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

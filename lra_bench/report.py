@@ -55,6 +55,13 @@ COMPARABLE = {
 
 
 def paper_name(attention: str) -> str | None:
+  """The published model name of ``attention`` (its config's ``paper_name``, else the table above)."""
+  try:
+    declared = attention_zoo.attention_config(attention).paper_name
+  except ValueError:  # a record of an attention that is not registered here
+    declared = None
+  if declared:
+    return declared
   if attention in PAPER_NAMES:
     return PAPER_NAMES[attention]
   for prefix, name in PAPER_PREFIXES.items():

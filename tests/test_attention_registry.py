@@ -2,8 +2,8 @@
 
 Checked for each name in ``list_attentions()``: shapes (value_dim != head_dim), finite outputs and
 gradients under jit, invariance to what padded tokens contain, zero weight on padded keys, the
-effective-matrix probe (value = identity) giving non-negative rows that sum to 1, dropout, and — for
-cores that support it — causality.
+effective-matrix probe (value = identity) against what the core's config declares (non-negative
+weights, rows summing to 1, a fixed support), dropout, and — for cores that support it — causality.
 """
 
 from __future__ import annotations
@@ -98,17 +98,37 @@ def test_padding_contents_do_not_leak(name):
   np.testing.assert_allclose(np.asarray(out1)[real], np.asarray(out2)[real], rtol=2e-5, atol=2e-5)
 
 
+def _check_declared_rows(name, p, real_rows):
+  """The row properties ``name``'s config declares, on the real rows of P [L, L] or [B, L, L]."""
+  config = attention_zoo.attention_config(name)
+  if config.nonnegative:
+    assert np.all(p[real_rows] >= -1e-6), f"{name} declares non-negative weights"
+  if config.rows_sum_to_one:
+    np.testing.assert_allclose(p.sum(-1)[real_rows], 1.0, atol=1e-4,
+                               err_msg=f"{name} declares rows that sum to 1")
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_effective_matrix_is_row_stochastic_with_zero_on_padding(name):
+def test_effective_matrix_declared_properties_and_zero_on_padding(name):
   core = create(name)
   q, k, _ = random_qkv(5, 2, LENGTH, 1, 8, 1)
   mask = _padded_mask(2, LENGTH, PAD)
   p = effective_matrix(core, q, k, mask)
   real = np.asarray(mask)
-  assert np.all(p >= -1e-6), "effective attention weights must be non-negative"
-  np.testing.assert_allclose(p.sum(-1)[real], 1.0, atol=1e-4)
+  _check_declared_rows(name, p, real)
   padded_cols = p[0][:, ~real[0]]
   assert np.all(np.abs(padded_cols[real[0]]) < 1e-6), "real queries must put no weight on padded keys"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_effective_matrix_within_declared_support(name):
+  support = attention_zoo.attention_config(name).support(LENGTH)
+  if support is None:
+    pytest.skip(f"{name} declares no fixed support")
+  assert support.shape == (LENGTH, LENGTH) and support.dtype == bool
+  q, k, _ = random_qkv(5, 1, LENGTH, 1, 8, 1)
+  p = effective_matrix(create(name), q, k)[0]
+  assert np.all(np.abs(p[~support]) < 1e-7), f"{name} puts weight outside its declared support"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -143,7 +163,7 @@ def test_causal_never_looks_ahead(name):
   q, k, v = random_qkv(7, 1, LENGTH, 1, 8, 8)
   p = effective_matrix(core, q, k)[0]
   assert np.all(np.abs(np.triu(p, 1)) < 1e-7), "causal weights above the diagonal"
-  np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-4)
+  _check_declared_rows(name, p, np.ones(LENGTH, bool))
   # Perturbing the future leaves the past unchanged.
   cut = LENGTH // 2
   out1, variables = init_and_apply(core, q, k, v)
