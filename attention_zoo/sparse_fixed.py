@@ -179,7 +179,7 @@ def _strided_parts(q_blocks, key, value, mask, size, causal):
   zero blocks with a False mask at the ends), and the stride keys j ≡ i (mod l) = offset r of every block
   m, except |n − m| ≤ 1 (those are i and i ± l, already in the band), so no key counts twice."""
   num_blocks = q_blocks.shape[1]
-  window = lambda x: _neighbour_blocks(blocks.to_blocks(x, size))
+  window = lambda x: neighbour_blocks(blocks.to_blocks(x, size))
   k_window, v_window = window(key), window(value)                              # [B, N, 3S, H, X]
   offset = np.arange(size)[:, None] + size - np.arange(3 * size)[None, :]       # [Q, 3S]: i − j
   band = (offset >= 0) if causal else (offset >= -size)
@@ -196,7 +196,7 @@ def _strided_parts(q_blocks, key, value, mask, size, causal):
            common.contraction("bhnqm,bmqhv->bhnqv", blocks.to_blocks(value, size)))]
 
 
-def _neighbour_blocks(x: jax.Array) -> jax.Array:
+def neighbour_blocks(x: jax.Array) -> jax.Array:
   """[B, N, S, ...] -> [B, N, 3S, ...]: blocks n−1, n, n+1 side by side (zeros/False beyond the ends)."""
   padded = jnp.pad(x, [(0, 0), (1, 1)] + [(0, 0)] * (x.ndim - 2))
   num = x.shape[1]
