@@ -11,7 +11,8 @@ exact baseline users compare efficient attentions against today. ``implementatio
 - ``"xla"``: XLA's dense attention (materializes the [B, H, Q, K] logits; XLA may fuse the softmax).
 - ``"cudnn"``: cuDNN's fused flash-attention kernel; NVIDIA GPUs only, float16/bfloat16 inputs only,
   head dim ≤ 256 (Hopper) or ≤ 128 and a multiple of 8, even lengths when training with a mask/bias;
-  JAX raises otherwise. V ≠ D needs Hopper and cuDNN ≥ 9.10.
+  JAX raises otherwise (cuDNN itself takes V ≠ D only on Hopper with cuDNN ≥ 9.10; this core always
+  passes V = D, see below).
 - ``"pallas"``: the Pallas GPU flash-attention kernel (``jax.experimental.pallas.ops.gpu.attention``,
   Triton). Never a silent default. Raises ``NotImplementedError`` off GPU unless ``pallas_interpret``
   (the Pallas interpreter: any backend, very slow, for tests only).
@@ -29,12 +30,14 @@ Dropout. Fused kernels here have no attention dropout. With ``dropout_rate > 0``
 (``deterministic=False``) the call falls back to the explicit ``vanilla`` core (same function, inverted
 dropout on the probabilities from the ``"dropout"`` stream); evaluation always uses the fused path.
 
-What CPU numbers can and cannot say: on CPU every implementation is XLA's dense attention (same O(L²)
-FLOPs and memory as ``vanilla``, no fusion benefit), so CPU timings of ``flash`` measure nothing about
+What CPU numbers can and cannot say: on CPU only the XLA path runs (``None`` and ``"xla"``; ``"cudnn"``
+raises, ``"pallas"`` needs the interpreter): XLA's dense attention, same O(L²) FLOPs and memory as
+``vanilla``, no fusion benefit, so CPU timings of ``flash`` measure nothing about
 flash attention. Its advantage is memory traffic on GPU/TPU: the fused kernel never writes the L×L
 probabilities to HBM (O(L) extra memory, fewer bytes moved), which is where it beats most "efficient"
 attentions in wall time up to several thousand tokens. Those claims need GPU runs with
-``implementation="cudnn"`` or ``"pallas"`` and half-precision inputs.
+``implementation="cudnn"`` or ``"pallas"`` and half-precision inputs. The cuDNN and native Pallas paths
+are not exercised by the CPU test suite; the Pallas kernel is tested through its interpreter.
 
 Differences from ``jax.nn.dot_product_attention`` used directly (and from ``vanilla``):
 
