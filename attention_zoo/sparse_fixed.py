@@ -42,7 +42,7 @@ keys of query offset r are offset r of every block m (a column of the [N, l] lay
 masked because those keys (i, i ± l) are already in the band. Differences from the paper / OpenAI
 ``blocksparse``: bidirectional by default; the patterns are merged into one softmax over the union (the
 paper also interleaves them across layers or heads); element-level (not 32/64-block-level) pattern; l
-derived from the length (the paper picks l ≈ √L by hand, e.g. 128 for images).
+derived from the length (the paper chooses l close to √L per dataset).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class SparseFixedConfig(AttentionConfig):
   block_len: int | None = None
   summary: int | None = None
   first_column: bool = False
-  pattern: ClassVar[str] = "fixed"
+  pattern: ClassVar[str] = "fixed"   # which pattern the shared module computes
 
   def __post_init__(self):
     if self.block_len is not None and self.block_len < 1:
@@ -90,7 +90,7 @@ class SparseStridedConfig(AttentionConfig):
   """
 
   block_len: int | None = None
-  pattern: ClassVar[str] = "strided"
+  pattern: ClassVar[str] = "strided"   # which pattern the shared module computes
 
   def __post_init__(self):
     if self.block_len is not None and self.block_len < 1:
