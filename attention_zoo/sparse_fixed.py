@@ -1,8 +1,11 @@
-"""Sparse Transformer "fixed" pattern (Child et al. 2019), merged heads. O(L·(l + c'·L/l)) cost.
+"""Sparse Transformer "fixed" and "strided" patterns (Child et al. 2019), merged heads.
 
 Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``V`` value dim, ``N``
-blocks of length ``l`` (``Q`` query / ``K`` key position inside a block), ``J`` summary keys (c' per
-block, N·c' in all).
+blocks of length ``l`` (``Q`` query / ``K`` key position inside a block; ``M`` key block in the strided
+part), ``J`` summary keys (c' per block, N·c' in all). One module class; the config class
+(``SparseFixedConfig`` / ``SparseStridedConfig``) picks the pattern.
+
+**Fixed** (``sparse_fixed``), O(L·(l + c'·L/l)) cost.
 
 Query i may attend key j iff
 
@@ -25,11 +28,27 @@ Differences from LRA ``sparse_attention.py``:
   ``l=50, c=10, first_column=True`` (module default l=128, c=32): pass them explicitly for parity.
 - No CLS row/column of ones: the harness's models pool without a CLS token at position 0 (a CLS token,
   if any, is an ordinary position here).
+
+**Strided** (``sparse_strided``), O(L·(3l + L/l)) = O(L^1.5) cost at the default l = ceil(√L).
+The paper (Sec. 4.2) gives head 1 the previous l positions, A¹_i = {max(0, i − l), …, i}, and head 2
+every l-th position, A²_i = {j : (i − j) mod l = 0}, causal. Merged heads (union, one softmax):
+
+    causal:         0 ≤ i − j ≤ l   or  (j ≤ i and (i − j) mod l = 0)
+    bidirectional:  |i − j| ≤ l     or  (i − j) mod l = 0          (the default)
+
+The bidirectional form is the symmetric closure of the causal one: the band and the stride reach as far
+forward as backward. Blockwise form: the band lives in blocks n−1, n, n+1 of the query block n; the stride
+keys of query offset r are offset r of every block m (a column of the [N, l] layout), with |n − m| ≤ 1
+masked because those keys (i, i ± l) are already in the band. Differences from the paper / OpenAI
+``blocksparse``: bidirectional by default; the patterns are merged into one softmax over the union (the
+paper also interleaves them across layers or heads); element-level (not 32/64-block-level) pattern; l
+derived from the length (the paper chooses l close to √L per dataset).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
@@ -53,12 +72,40 @@ class SparseFixedConfig(AttentionConfig):
   block_len: int | None = None
   summary: int | None = None
   first_column: bool = False
+  pattern: ClassVar[str] = "fixed"   # which pattern the shared module computes
 
   def __post_init__(self):
     if self.block_len is not None and self.block_len < 1:
       raise ValueError("sparse_fixed block_len must be >= 1")
     if self.summary is not None and self.summary < 0:
       raise ValueError("sparse_fixed summary must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseStridedConfig(AttentionConfig):
+  """Sparse-Strided options.
+
+  Attributes:
+    block_len: l, the band width and the stride; ``None`` = ``ceil(√L)``.
+  """
+
+  block_len: int | None = None
+  pattern: ClassVar[str] = "strided"   # which pattern the shared module computes
+
+  def __post_init__(self):
+    if self.block_len is not None and self.block_len < 1:
+      raise ValueError("sparse_strided block_len must be >= 1")
+
+  def support(self, length: int) -> np.ndarray:
+    """The strided pattern at the length-derived l (no padding)."""
+    return strided_pattern(length, self.block_len or blocks.sqrt_block_size(length), self.causal)
+
+
+def strided_pattern(length: int, block_len: int, causal: bool) -> np.ndarray:
+  """bool [L, L]: |i − j| ≤ l or (i − j) mod l = 0, ANDed with j ≤ i when causal."""
+  i, j = np.arange(length)[:, None], np.arange(length)[None, :]
+  allowed = (np.abs(i - j) <= block_len) | ((i - j) % block_len == 0)
+  return allowed & (j <= i) if causal else allowed
 
 
 def pattern_sizes(length: int, block_len: int | None = None, summary: int | None = None) -> tuple[int, int]:
@@ -76,10 +123,14 @@ def summary_offsets(block_len: int, summary: int, first_column: bool) -> np.ndar
 
 
 @register_attention("sparse_fixed", SparseFixedConfig)
+@register_attention("sparse_strided", SparseStridedConfig)
 class SparseFixedAttention(nn.Module):
-  """Own block + summary columns, one softmax, computed with gathers."""
+  """Sparse Transformer attention, one softmax over the pattern's key parts, computed blockwise.
 
-  config: SparseFixedConfig
+  The config class picks the pattern: ``SparseFixedConfig`` (own block + summary columns, gathers) or
+  ``SparseStridedConfig`` (local band + every l-th position)."""
+
+  config: SparseFixedConfig | SparseStridedConfig
 
   @nn.compact
   def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,
@@ -88,27 +139,66 @@ class SparseFixedAttention(nn.Module):
     cfg = self.config
     batch, length = query.shape[:2]
     mask = common.default_mask(mask, batch, length)
-    size, summary = pattern_sizes(length, cfg.block_len, cfg.summary)
+    if cfg.pattern == "strided":
+      size = cfg.block_len or blocks.sqrt_block_size(length)
+      make_parts = _strided_parts
+    else:
+      size, summary = pattern_sizes(length, cfg.block_len, cfg.summary)
+      make_parts = lambda *args: _fixed_parts(*args, offsets=summary_offsets(size, summary, cfg.first_column))
     query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
-    num_blocks = query.shape[1] // size
-    offsets = summary_offsets(size, summary, cfg.first_column)
-    summary_pos = (np.arange(num_blocks)[:, None] * size + offsets).reshape(-1)   # [J]
-    summary_block = summary_pos // size
-    positions = np.arange(num_blocks * size).reshape(num_blocks, size)            # [N, S]
-
-    q_blocks = blocks.to_blocks(query, size)                                       # [B, N, Q, H, D]
-    own_logits = common.dot_logits(q_blocks, blocks.to_blocks(key, size), "bnqhd,bnkhd->bhnqk")
-    own_allowed = blocks.to_blocks(mask, size)[:, None, :, None, :]               # [B, 1, N, 1, K]
-    sum_logits = common.dot_logits(q_blocks, key[:, summary_pos], "bnqhd,bjhd->bhnqj")
-    sum_allowed = (mask[:, summary_pos][:, None, None, None, :]                    # [B, 1, 1, 1, J]
-                   & (summary_block != np.arange(num_blocks)[:, None])[:, None, :])  # [N, 1, J]
-    if cfg.causal:
-      own_allowed = own_allowed & common.causal_allowed(size, size)
-      sum_allowed = sum_allowed & (summary_pos <= positions[:, :, None])            # [N, Q, J]
-    v_blocks, v_summary = blocks.to_blocks(value, size), value[:, summary_pos]
-    out = common.joint_masked_attention([                                             # [B, H, N, Q, V]
-        (own_logits, own_allowed, common.contraction("bhnqk,bnkhv->bhnqv", v_blocks)),
-        (sum_logits, sum_allowed, common.contraction("bhnqj,bjhv->bhnqv", v_summary)),
-    ], common.dropout_callback(cfg.dropout_rate, deterministic))
+    parts = make_parts(blocks.to_blocks(query, size), key, value, mask, size, cfg.causal)
+    out = common.joint_masked_attention(                                             # [B, H, N, Q, V]
+        parts, common.dropout_callback(cfg.dropout_rate, deterministic))
     out = jnp.transpose(out, (0, 2, 3, 1, 4)).astype(value.dtype)                     # [B, N, Q, H, V]
     return blocks.from_blocks(out)[:, :length]
+
+
+def _fixed_parts(q_blocks, key, value, mask, size, causal, *, offsets):
+  """Own-block and summary-column parts of the fixed pattern (``joint_masked_attention`` parts)."""
+  num_blocks = q_blocks.shape[1]
+  summary_pos = (np.arange(num_blocks)[:, None] * size + offsets).reshape(-1)   # [J]
+  summary_block = summary_pos // size
+  positions = np.arange(num_blocks * size).reshape(num_blocks, size)            # [N, S]
+  own_logits = common.dot_logits(q_blocks, blocks.to_blocks(key, size), "bnqhd,bnkhd->bhnqk")
+  own_allowed = blocks.to_blocks(mask, size)[:, None, :, None, :]               # [B, 1, N, 1, K]
+  sum_logits = common.dot_logits(q_blocks, key[:, summary_pos], "bnqhd,bjhd->bhnqj")
+  sum_allowed = (mask[:, summary_pos][:, None, None, None, :]                    # [B, 1, 1, 1, J]
+                 & (summary_block != np.arange(num_blocks)[:, None])[:, None, :])  # [N, 1, J]
+  if causal:
+    own_allowed = own_allowed & common.causal_allowed(size, size)
+    sum_allowed = sum_allowed & (summary_pos <= positions[:, :, None])            # [N, Q, J]
+  v_blocks, v_summary = blocks.to_blocks(value, size), value[:, summary_pos]
+  return [(own_logits, own_allowed, common.contraction("bhnqk,bnkhv->bhnqv", v_blocks)),
+          (sum_logits, sum_allowed, common.contraction("bhnqj,bjhv->bhnqv", v_summary))]
+
+
+def _strided_parts(q_blocks, key, value, mask, size, causal):
+  """Local-band and stride parts of the strided pattern (``joint_masked_attention`` parts).
+
+  Query (block n, offset r) sees the band |i − j| ≤ l inside blocks n−1, n, n+1 ([B, N, 3S, ...] windows,
+  zero blocks with a False mask at the ends), and the stride keys j ≡ i (mod l) = offset r of every block
+  m, except |n − m| ≤ 1 (those are i and i ± l, already in the band), so no key counts twice."""
+  num_blocks = q_blocks.shape[1]
+  window = lambda x: neighbour_blocks(blocks.to_blocks(x, size))
+  k_window, v_window = window(key), window(value)                              # [B, N, 3S, H, X]
+  offset = np.arange(size)[:, None] + size - np.arange(3 * size)[None, :]       # [Q, 3S]: i − j
+  band = (offset >= 0) if causal else (offset >= -size)
+  band_allowed = window(mask)[:, None, :, None, :] & (band & (offset <= size))  # [B, 1, N, Q, 3S]
+  band_logits = common.dot_logits(q_blocks, k_window, "bnqhd,bnkhd->bhnqk")
+  gap = np.arange(num_blocks)[:, None] - np.arange(num_blocks)[None, :]         # [N, M]: n − m
+  far = (gap >= 2) if causal else (np.abs(gap) >= 2)
+  k_blocks, m_blocks = blocks.to_blocks(key, size), blocks.to_blocks(mask, size)
+  stride_logits = common.dot_logits(q_blocks, k_blocks, "bnqhd,bmqhd->bhnqm")
+  stride_allowed = (jnp.swapaxes(m_blocks, 1, 2)[:, None, None, :, :]           # [B, 1, 1, Q, M]
+                    & far[:, None, :])                                          # [N, 1, M]
+  return [(band_logits, band_allowed, common.contraction("bhnqk,bnkhv->bhnqv", v_window)),
+          (stride_logits, stride_allowed,
+           common.contraction("bhnqm,bmqhv->bhnqv", blocks.to_blocks(value, size)))]
+
+
+def neighbour_blocks(x: jax.Array) -> jax.Array:
+  """[B, N, S, ...] -> [B, N, 3S, ...]: blocks n−1, n, n+1 side by side (zeros/False beyond the ends)."""
+  padded = jnp.pad(x, [(0, 0), (1, 1)] + [(0, 0)] * (x.ndim - 2))
+  num = x.shape[1]
+  stacked = jnp.concatenate([padded[:, :num], padded[:, 1:num + 1], padded[:, 2:]], axis=2)
+  return stacked

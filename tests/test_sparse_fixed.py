@@ -1,5 +1,7 @@
 """Sparse-Fixed: gathers equal dense attention under the closed-form "fixed" mask (bidirectional, causal,
-LRA's extra column), summary columns are counted once, and the default sizes follow the length."""
+LRA's extra column), summary columns are counted once, and the default sizes follow the length.
+Sparse-Strided (the sibling pattern in the same module): equals dense attention under the paper's
+strided mask written from its definition, counts band/stride overlaps once, declares that support."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -57,3 +59,50 @@ def test_bfloat16_inputs_stay_finite():
   q, k, v = random_qkv(5, 2, 40, 2, 16, 8, dtype=jnp.bfloat16, scale=4.0)
   out = run_core(create("sparse_fixed"), q, k, v, padded_mask(2, 40, 7))
   assert out.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(out, np.float32)))
+
+
+def strided_definition_mask(length, block_len, causal):
+  """bool [L, L] from Child et al.'s sets: A1 = {max(0, i − l) .. i}, A2 = {j : (i − j) mod l = 0}
+  (causal, j ≤ i); the bidirectional form mirrors both sets (j ↔ i)."""
+  allowed = np.zeros((length, length), bool)
+  for i in range(length):
+    for j in range(max(0, i - block_len), i + 1):
+      allowed[i, j] = True
+    for j in range(i % block_len, i + 1, block_len):
+      allowed[i, j] = True
+  return allowed if causal else allowed | allowed.T
+
+
+def middle_and_end_mask(batch, length):
+  mask = np.ones((batch, length), bool)
+  mask[0, length - 5:] = False
+  mask[1, 10:16] = False
+  return mask
+
+
+@pytest.mark.parametrize("length, overrides", [
+    (37, {}),                                  # derived l = 7, last block partial
+    (43, {"block_len": 5, "causal": True}),
+])
+def test_strided_matches_dense_reference_under_definition_mask(x64, length, overrides):
+  q, k, v = random_qkv(0, 2, length, 2, 4, 3, dtype=jnp.float64)
+  mask = middle_and_end_mask(2, length)
+  out = run_core(create("sparse_strided", **overrides), q, k, v, mask)
+  block_len = overrides.get("block_len") or int(np.ceil(np.sqrt(length)))
+  causal = overrides.get("causal", False)
+  pattern = strided_definition_mask(length, block_len, causal)
+  allowed = pattern & key_and_causal_mask(mask, causal)
+  np.testing.assert_allclose(np.asarray(out)[mask], dense_masked_attention(q, k, v, allowed)[mask],
+                             rtol=1e-10, atol=1e-12)
+  config = create("sparse_strided", **overrides).config
+  if "block_len" not in overrides:
+    np.testing.assert_array_equal(config.support(length), pattern)
+
+
+def test_strided_each_key_counted_once(x64):
+  """q = k = 0: uniform weights over the pattern; a key in both band and stride would weigh double."""
+  length, block_len = 30, 4
+  zeros = jnp.zeros((1, length, 1, 4), jnp.float64)
+  p = effective_matrix(create("sparse_strided", block_len=block_len), zeros, zeros)[0]
+  support = strided_definition_mask(length, block_len, False)
+  np.testing.assert_allclose(p, support / support.sum(-1, keepdims=True), rtol=1e-12, atol=1e-15)
