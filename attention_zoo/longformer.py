@@ -3,7 +3,7 @@
 Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``E`` projected head dim
 of the global queries/keys (= D), ``V`` value dim, ``N`` query blocks of ``S`` positions (``Q`` query
 position inside a block), ``K`` keys gathered per query block (the 3·S keys of the previous, own and
-next block), ``G`` global positions.
+next block; 2·S when causal), ``G`` global positions.
 
 Window ``w`` (``window``): query i sees ``⌈w/2⌉`` keys to its left including itself and ``⌊w/2⌋`` to its
 right, i.e. ``i − ⌈w/2⌉ < j ≤ i + ⌊w/2⌋`` (as LRA's ``_build_sliding_window_mask``: for even w the left
@@ -19,7 +19,8 @@ once.
 Efficient form (never an L×L mask): the sequence is padded to a multiple of ``S = min(L,
 max(⌈w/2⌉ − 1, ⌊w/2⌋, 1))``, so the window of every query in block b lies in key blocks b−1, b, b+1;
 these 3·S keys are gathered per query block and masked with the exact band (a static [S, 3S] offset
-mask). A window longer than the input simply covers everything (S = L, one block).
+mask). Causal: ``S = ⌈w/2⌉ − 1`` and only blocks b−1, b (2·S keys). A window longer than the input
+simply covers everything (S = L, one block).
 
 ``global_local`` is ETC's global-local attention (Ainslie et al. 2020) in this core: one global token
 (position 0) and a local window of 128 (``⌈w/2⌉ = 64`` left, 64 right). ETC's relative position
@@ -94,17 +95,18 @@ def window_sides(window: int) -> tuple[int, int]:
   return window - window // 2, window // 2
 
 
-def band_block_size(length: int, window: int) -> int:
+def band_block_size(length: int, window: int, causal: bool = False) -> int:
   """S: the largest one-sided reach of the window (so it fits in blocks b−1..b+1), at most L."""
   left, right = window_sides(window)
-  return max(1, min(length, max(left - 1, right)))
+  return max(1, min(length, max(left - 1, 0 if causal else right)))
 
 
-def neighbour_blocks(x: jax.Array, size: int) -> jax.Array:
-  """[B, N·S, ...] -> [B, N, 3S, ...]: for block b the positions of blocks b−1, b, b+1 (zeros outside)."""
+def neighbour_blocks(x: jax.Array, size: int, count: int = 3) -> jax.Array:
+  """[B, N·S, ...] -> [B, N, count·S, ...]: for block b the positions of blocks b−1, b (and b+1 when
+  ``count`` = 3), zeros outside the sequence."""
   num_blocks = x.shape[1] // size
   padded = jnp.pad(x, [(0, 0), (size, size)] + [(0, 0)] * (x.ndim - 2))
-  shifted = [blocks.to_blocks(padded[:, i * size:(i + num_blocks) * size], size) for i in range(3)]
+  shifted = [blocks.to_blocks(padded[:, i * size:(i + num_blocks) * size], size) for i in range(count)]
   return jnp.concatenate(shifted, axis=2)
 
 
@@ -136,18 +138,19 @@ class LongformerAttention(nn.Module):
     """Every row: band keys (global keys excluded) and the G global keys, one softmax. [B, L, H, V]."""
     cfg = self.config
     length = query.shape[1]
-    size = band_block_size(length, cfg.window)
+    size = band_block_size(length, cfg.window, cfg.causal)
     left, right = window_sides(cfg.window)
     query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
-    num_blocks = query.shape[1] // size
-    key_pos = (np.arange(num_blocks)[:, None] - 1) * size + np.arange(3 * size)       # [N, K]
-    offset = np.arange(3 * size)[None, :] - size - np.arange(size)[:, None]            # [Q, K]
+    num_blocks, count = query.shape[1] // size, 2 if cfg.causal else 3   # causal: no next block
+    near = lambda x: neighbour_blocks(x, size, count)
+    key_pos = (np.arange(num_blocks)[:, None] - 1) * size + np.arange(count * size)   # [N, K]
+    offset = np.arange(count * size)[None, :] - size - np.arange(size)[:, None]        # [Q, K]
     band = (offset > -left) & (offset <= (0 if cfg.causal else right))
-    allowed = (neighbour_blocks(mask, size)[:, :, None, None, :]                       # [B, N, 1, 1, K]
+    allowed = (near(mask)[:, :, None, None, :]                                           # [B, N, 1, 1, K]
                & band[None, :, None, :] & (key_pos >= num_global)[:, None, None, :])   # [N, Q, 1, K]
     q_blocks = blocks.to_blocks(query, size)                                             # [B, N, Q, H, D]
-    logits = common.dot_logits(q_blocks, neighbour_blocks(key, size), "bnqhd,bnkhd->bnqhk")
-    parts = [(logits, allowed, common.contraction("bnqhk,bnkhv->bnqhv", neighbour_blocks(value, size)))]
+    logits = common.dot_logits(q_blocks, near(key), "bnqhd,bnkhd->bnqhk")
+    parts = [(logits, allowed, common.contraction("bnqhk,bnkhv->bnqhv", near(value)))]
     if num_global:
       g_logits = common.dot_logits(q_blocks, key[:, :num_global], "bnqhd,bghd->bnqhg")
       parts.append((g_logits, mask[:, None, None, None, :num_global],

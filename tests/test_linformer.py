@@ -2,7 +2,6 @@
 rows zeroed), shorter inputs use the first rows of E, longer ones fail, the probe is A·Fᵀ on real keys
 (not stochastic, as declared), E = F = I recovers softmax attention, no causal form."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

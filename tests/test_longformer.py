@@ -24,14 +24,14 @@ def window_mask(length, window, causal=False):
   """bool [L, L] built like LRA: ⌈w/2⌉ diagonals to the left including the main one, ⌊w/2⌋ right."""
   right = window // 2
   left = window - right
-  allowed = sum(np.eye(length, k=-i) for i in range(left)) + sum(np.eye(length, k=i) for i in range(1, right + 1))
-  allowed = allowed.astype(bool)
+  allowed = sum(np.eye(length, k=-i) for i in range(left))
+  allowed = (allowed + sum(np.eye(length, k=i) for i in range(1, right + 1))).astype(bool)
   return allowed & np.tril(np.ones((length, length), bool)) if causal else allowed
 
 
 @pytest.mark.parametrize("length, window, causal", [
     (37, 7, False),    # odd window: 4 left (with self), 3 right
-    (37, 8, True),     # even window, causal: 4 left
+    (37, 8, True),     # even window, causal: 4 left (S = 3, two key blocks)
     (29, 100, False),  # window longer than the input: dense
 ])
 def test_window_matches_dense_reference(x64, length, window, causal):
