@@ -1,0 +1,114 @@
+"""Linformer (Wang et al. 2020): attention over k projections of the length axis. O(L·k) cost.
+
+Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``V`` value dim, ``M``
+projected length (k).
+
+Per head, with learned projections ``E, F ∈ R^{n×k}`` of the length axis (n = the length seen at init):
+
+    out = softmax(Q (Eᵀ K)ᵀ / √D) (Fᵀ V)        Q, K [L, D], V [L, V], Eᵀ K [k, D], Fᵀ V [k, V]
+
+The effective matrix is ``P = softmax(Q (Eᵀ K)ᵀ/√D) Fᵀ`` [L, L]: neither non-negative nor
+row-stochastic (declared so), but linear in the values, and exactly zero on padded keys because padded
+key and value rows are zeroed before the projection (so the projected keys/values never depend on what
+padded positions contain).
+
+Length-dependent parameters: E (and F) have n = the input length at ``init`` rows. Shorter inputs use
+the first L rows of E/F (as LRA's ``kernel[:input_dim]``); longer inputs raise a ``ValueError`` (init
+the model at the longest length it will see).
+
+Differences from LRA ``linformer/linformer_attention.py`` (and fairseq ``examples/linformer``):
+
+- Padding is masked: padded K/V rows are zeroed before projecting. LRA ignored the padding mask
+  altogether (padded tokens' keys and values were mixed into every projection).
+- n is the input length at init instead of a ``max_len`` argument (LRA: the task's max_len).
+- ``k`` (LRA: 16, one projection shared by K and V, per layer, shared across heads; E initialised
+  Xavier-uniform as LRA's kernel) can also be a fraction of n (``k_fraction``; the paper/fairseq use
+  n/4), and E, F can be separate (``share_kv=False``).
+- Attention dropout drops the unnormalised weights over the k projected keys with the normalizer kept
+  (inverted, unbiased), equivalent in expectation to LRA's dropout of the probabilities.
+- No causal form: ``causal=True`` raises ``NotImplementedError`` (the length projection mixes future
+  positions into every projected key).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from attention_zoo import common
+from attention_zoo.registry import AttentionConfig, register_attention
+
+
+@dataclasses.dataclass(frozen=True)
+class LinformerConfig(AttentionConfig):
+  """Linformer options.
+
+  Attributes:
+    k: projected length (LRA: 16).
+    k_fraction: if set, k = ceil(k_fraction · n) instead (paper: 0.25).
+    share_kv: one projection E for keys and values (LRA); ``False`` learns a separate F for values.
+  """
+
+  k: int = 16
+  k_fraction: float | None = None
+  share_kv: bool = True
+  nonnegative = False
+  rows_sum_to_one = False
+  paper_name = "Linformer"
+
+  def __post_init__(self):
+    if self.k < 1:
+      raise ValueError("linformer k must be >= 1")
+    if self.k_fraction is not None and not 0 < self.k_fraction <= 1:
+      raise ValueError("linformer k_fraction must be in (0, 1]")
+
+  def rank(self, n: int) -> int:
+    """The projected length k used for init length n."""
+    return max(1, math.ceil(self.k_fraction * n)) if self.k_fraction is not None else self.k
+
+
+def init_length(module: nn.Module, name: str, length: int, axis: int = 0) -> int:
+  """n: the size of ``axis`` of the length-dependent parameter ``name`` (the input length at init;
+  ``length`` itself while initialising). Raises a clear error for inputs longer than n."""
+  if not module.has_variable("params", name):
+    return length
+  n = module.get_variable("params", name).shape[axis]
+  if length > n:
+    raise ValueError(f"{type(module).__name__}: input length {length} exceeds the length {n} its "
+                     f"length-dependent parameter {name!r} was initialised for; init at the longest length")
+  return n
+
+
+@register_attention("linformer", LinformerConfig)
+class LinformerAttention(nn.Module):
+  """softmax(Q (Eᵀ K)ᵀ / √D) (Fᵀ V) with learned length projections (F = E by default)."""
+
+  config: LinformerConfig
+
+  @nn.compact
+  def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,
+               mask: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
+    """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
+    cfg = self.config
+    if cfg.causal:
+      raise NotImplementedError("linformer has no causal form: the length projection mixes future "
+                                "positions into every projected key and value")
+    batch, length = query.shape[:2]
+    mask = common.default_mask(mask, batch, length)[:, :, None, None]
+    key_proj = self._projection("E", length)
+    value_proj = key_proj if cfg.share_kv else self._projection("F", length)
+    key = jnp.einsum("blhd,lm->bmhd", jnp.where(mask, key, 0), key_proj.astype(key.dtype))
+    value = jnp.einsum("blhv,lm->bmhv", jnp.where(mask, value, 0), value_proj.astype(value.dtype))
+    logits = common.dot_logits(query, key, "blhd,bmhd->blhm")                # [B, L, H, M]
+    return common.masked_attention(logits, jnp.ones((), bool), value, "blhm,bmhv->blhv",
+                                   common.dropout_callback(cfg.dropout_rate, deterministic))
+
+  def _projection(self, name: str, length: int) -> jax.Array:
+    """The first L rows of the [n, k] length projection ``name``."""
+    n = init_length(self, name, length)
+    kernel = self.param(name, nn.initializers.xavier_uniform(), (n, self.config.rank(n)))
+    return kernel[:length]
