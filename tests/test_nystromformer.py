@@ -104,12 +104,12 @@ def test_error_shrinks_as_landmarks_grow():
   for m in (4, 16, 32):
     err = []
     for seed in range(3):
-      q, k, v = random_qkv(seed, 1, length, 2, 8, 4, scale=1.5)
+      q, k, v = random_qkv(seed, 1, length, 2, 8, 4)
       out, _ = apply_with_params(create("nystromformer", num_landmarks=m, conv_kernel=0), q, k, v, None)
       exact = dense_masked_attention(q, k, v, True)
       err.append(np.linalg.norm(out - exact) / np.linalg.norm(exact))
     errors.append(np.mean(err))
-  assert errors[0] > errors[1] > errors[2], errors
+  assert errors[0] > errors[1] > errors[2] and errors[2] < 0.7 * errors[0], errors
 
 
 def test_short_sequences_take_the_exact_path(x64):
