@@ -12,7 +12,8 @@ over m contiguous segments of the sequence::
 where ``pinv`` is the iterative Moore-Penrose approximation :func:`iterative_pinv` (6 iterations of
 ``Z ← ¼ Z (13I − AZ (15I − AZ (7I − AZ)))``) and ``conv`` is a depthwise convolution of the values along
 the length (``conv_kernel`` = 35 taps, one filter per head, no bias; the original's ``Conv2d`` with
-``groups = heads``; ``conv_kernel=0`` turns it off). No L×L matrix is formed.
+``groups = heads``; parameter ``conv`` [T, H]; ``conv_kernel=0`` turns it off). No L×L matrix is
+formed.
 
 Segments: S = ceil(L / m) tokens each, ceil(L / S) ≤ m of them (the last one may be short; the original
 required L divisible by m). A landmark is the mean over the *real* tokens of its segment; a segment

@@ -1,6 +1,7 @@
 """Informer ProbSparse attention: the selection is the top-u of the sparsity measurement recomputed in
 float64 from the sown samples; active rows equal dense softmax, lazy rows the mean of the real values."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -44,11 +45,12 @@ def test_matches_definition_with_padding_at_end_and_in_middle(x64, heads):
 def test_draws_are_reproducible_and_follow_the_stream():
   q, k, v = random_qkv(4, 1, 48, 2, 4, 4)
   core = create("informer")
-  draw = lambda seed: np.asarray(run_core(core, q, k, v, seed=seed, intermediates=True)[1]["sampled_keys"][0])
-  np.testing.assert_array_equal(draw(0), draw(0))
-  assert not np.array_equal(draw(0), draw(3))
-  fixed = lambda: np.asarray(core.apply({}, q, k, v, mutable=["intermediates"])[1]["intermediates"]["sampled_keys"][0])
-  np.testing.assert_array_equal(fixed(), fixed())
+  sown = lambda out: out[1]["intermediates"]["sampled_keys"][0]
+  draw = jax.jit(lambda key: sown(core.apply({}, q, k, v, rngs={"attention": key}, mutable=["intermediates"])))
+  fixed = jax.jit(lambda: sown(core.apply({}, q, k, v, mutable=["intermediates"])))
+  np.testing.assert_array_equal(draw(jax.random.key(0)), draw(jax.random.key(0)))
+  assert not np.array_equal(draw(jax.random.key(0)), draw(jax.random.key(3)))
+  np.testing.assert_array_equal(fixed(), fixed())        # no stream: the fixed per-layer draw
 
 
 def test_spread_out_queries_are_selected():
