@@ -11,8 +11,8 @@ renormalised:
 
 over keys at distance ``x < max_span``. That equals ONE masked softmax with logits ``q·k/√D + log m``
 (allowed where m > 0), which is how it is computed (``common.joint_masked_attention``), on banded blocks:
-queries in blocks of S = min(max_span, padded L) attend the keys of their own and both neighbouring
-blocks, so the cost is O(L·3S) — linear in L for a fixed ``max_span``.
+queries in blocks of S = min(max_span, L rounded up to a multiple of 8) attend the keys of their own
+and both neighbouring blocks, so the cost is O(L·3S) — linear in L for a fixed ``max_span``.
 
 The span regulariser ``loss_coeff · max_span · mean_h(current_val_h)`` (upstream ``get_loss``) is sown
 to the ``"losses"`` collection as ``span_penalty``: a training loop must apply with
@@ -74,8 +74,8 @@ class AdaptiveSpanConfig(AttentionConfig):
       raise ValueError(f"adaptive_span init_val must be in [0, 1], got {self.init_val}")
 
   def support(self, length: int) -> np.ndarray | None:
-    distance = np.abs(np.arange(length)[:, None] - np.arange(length)[None, :])
-    return distance < self.max_span
+    delta = np.arange(length)[:, None] - np.arange(length)[None, :]
+    return (np.abs(delta) < self.max_span) & ((delta >= 0) if self.causal else True)
 
 
 def ramp_mask(distance: jax.Array, span: jax.Array, ramp: int) -> jax.Array:

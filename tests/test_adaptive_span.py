@@ -74,7 +74,7 @@ def test_initial_span_is_the_ramp():
   """init_val = 0: z = 0, so only distances < R get weight; with q = k = 0 the row is the ramp."""
   zeros = jnp.zeros((1, 40, 1, 4))
   core = create("adaptive_span", max_span=32, ramp=4)
-  params = core.init(jax.random.key(0), zeros, zeros, zeros)
+  params = jax.jit(core.init)(jax.random.key(0), zeros, zeros, zeros)
   eye = jnp.eye(40)[None, :, None, :]
   p = np.asarray(apply(core, params, zeros, zeros, eye, None))[0, :, 0]
   row = np.array([.25, .5, .75, 1, .75, .5, .25])
