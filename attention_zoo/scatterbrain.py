@@ -86,8 +86,8 @@ class ScatterbrainConfig(AttentionConfig):
 
 def feature_log_scales(query: jax.Array, key: jax.Array, projection: jax.Array, mask: jax.Array):
   """The stabilisers that :func:`performer.softmax_features` divides out: c_i [B, L, H] (query: max over
-  features) + c_K [B, 1, H] (keys: max over real keys and features) of ``x̃·w − |x̃|²/2``. Must match
-  softmax_features' stabilisers exactly (tests/test_scatterbrain.py checks the result against the definition)."""
+  features) + c_K [B, 1, H] (keys: max over real keys and features) of ``x̃·w − |x̃|²/2``. They
+  must be exactly the stabilisers of ``softmax_features``; this core's definition test checks that."""
   def z(x):
     x = x.astype(projection.dtype) * x.shape[-1] ** -0.25
     return jnp.einsum("blhd,md->blhm", x, projection) - 0.5 * jnp.sum(x * x, -1, keepdims=True)
