@@ -89,6 +89,8 @@ class PerformerConfig(AttentionConfig):
   kernel_epsilon: float = 1e-3
   causal_chunk: int = 64
 
+  paper_name = "Performer"
+
   def __post_init__(self):
     for field, allowed in (("kernel", ("softmax", "relu")), ("feature_norms", ("chi", "sqrt_d")),
                            ("redraw", ("every_call", "fixed"))):
