@@ -27,7 +27,8 @@ decay (r_j = log(1 − g_j) − Σ_{t≤j} log g_t).
   the effective matrix this is attention dropout with one mask per key shared by all queries,
   ``P_drop[i, j] = P[i, j]·keep_j``, unbiased.
 - Denominator: ``den + eps``, then ``max(·, clamp)`` when ``clamp`` is given; a denominator that is
-  exactly 0 (no real key visible) is replaced by 1, so such rows are 0.
+  exactly 0 (no real key visible) is replaced by 1, so such rows are 0. With log scales, eps and clamp
+  apply to the stabilized denominator ``Σ_j φ(q_i)·φ(k_j)·exp(r_j − s_i)``.
 """
 
 from __future__ import annotations

@@ -21,9 +21,14 @@ gated RFA: a scalar gate per position and head ``g_t = sigmoid(w_h·k_t + b_h)``
 ``r_j = log(1 − g_j) − Σ_{t≤j} log g_t`` (the per-query factor ``Π_{t≤i} g_t`` cancels in the ratio);
 padded positions have ``g = 1`` (neither decay nor input).
 
-Effective matrix: not non-negative (sin/cos features). Rows sum to exactly 1 whenever the denominator
-estimate is above ``floor`` (1e-6); the estimate is a sum of positive kernel values plus noise of order
-M^{-1/2}, so the clamp is rare (a row estimated ≤ 0 would be scaled, not normalised).
+Effective matrix: not non-negative (sin/cos features), and rows sum to exactly 1 only while the
+denominator estimate stays above ``floor`` (1e-6). The estimate is a sum of kernel values
+``exp(σ²(q̂·k̂ − 1))`` plus noise of order M^{-1/2} per key, so with few features or a large σ (small
+kernel values) it can fall below the floor: such a row is divided by the floor, not normalised, and can
+be huge. Use enough features (default M = 128) for the σ the model learns.
+
+In the gated form the log scale is a cumulative sum over positions: in float32 its rounding grows with
+L·|log g| (relative weight error ~1e-4 at L = 4K, g ≈ 0.7).
 
 Differences from the paper (no official code was released; this follows the paper's equations):
 
@@ -78,7 +83,8 @@ class RFAConfig(AttentionConfig):
   floor: float = 1e-6
   causal_chunk: int = 64
 
-  nonnegative = False  # sin/cos features
+  nonnegative = False      # sin/cos features
+  rows_sum_to_one = False  # only while the denominator estimate stays above ``floor``
 
   def __post_init__(self):
     if self.redraw not in ("every_call", "fixed"):
