@@ -1,10 +1,11 @@
 """Performer: kernelized linear attention (Choromanski et al. 2021). O(L·M·(D + V)) time and memory.
 
-Axis legend: ``B`` batch, ``L`` length (``Q`` queries / ``K`` keys inside a causal chunk), ``H`` heads,
-``D`` query/key head dim, ``V`` value dim, ``M`` features, ``N`` causal chunks, ``C`` chunk length.
+Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``V`` value dim,
+``M`` features.
 
 Attention is ``out_i = Σ_j φ(q_i)·φ(k_j) v_j / Σ_j φ(q_i)·φ(k_j)`` and is computed without the L×L
-matrix: ``φ(Q) (φ(K)ᵀ V)`` (bidirectional) or chunked prefix sums (causal). Two kernels:
+matrix by :func:`attention_zoo.linear_attention.feature_attention`: ``φ(Q) (φ(K)ᵀ V)``
+(bidirectional) or chunked prefix sums (causal). Two kernels:
 
 - ``kernel="softmax"`` — FAVOR+ positive orthogonal random features estimating ``exp(q·k/√D)``:
   ``x̃ = x·D^{-1/4}``, ``φ(x) = M^{-1/2}(exp(x̃Wᵀ − ||x̃||²/2 − max) + ε)`` (``max``: see below).

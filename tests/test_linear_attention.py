@@ -2,6 +2,8 @@
 bidirectional and causal, per-key log scales with a causal running max, key dropout, padding at the end
 and in the middle, chunks that do not divide the length."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,7 +63,8 @@ def test_eps_and_clamp_placement(x64, causal):
   qf, kf, v, _, _, mask = _inputs(1)
   qf = qf * 1e-4  # small denominators, so eps and the clamp matter
   for kwargs in (dict(eps=1e-5), dict(clamp=1e-5)):
-    out = linear_attention.feature_attention(qf, kf, v, mask, causal=causal, chunk=8, **kwargs)
+    run = jax.jit(functools.partial(linear_attention.feature_attention, causal=causal, chunk=8, **kwargs))
+    out = run(qf, kf, v, mask)
     expected = dense_feature_attention(qf, kf, v, mask, causal, **kwargs)
     np.testing.assert_allclose(np.asarray(out)[mask], expected[mask], rtol=1e-10, atol=1e-12)
 

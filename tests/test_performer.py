@@ -1,5 +1,6 @@
-"""Performer: exact quadratic forms (ReLU and FAVOR+ with its drawn features), convergence to softmax,
-orthogonal projections, the redraw policy and key dropout."""
+"""Performer: exact quadratic forms (ReLU and FAVOR+ with its drawn features, causal FAVOR+ with its
+running-max stabilizer), convergence to softmax (bidirectional and causal, the latter a regression test
+for the running-mean bug), orthogonal projections, the redraw policy and key dropout."""
 
 import flax.linen as nn
 import jax

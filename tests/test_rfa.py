@@ -73,6 +73,10 @@ def test_gated_equals_the_papers_recurrence(x64):
       expected[b, t] = np.einsum("hm,hmv->hv", phi_q[b, t], state) / np.maximum(
           np.einsum("hm,hm->h", phi_q[b, t], norm), 1e-6)[:, None]
   np.testing.assert_allclose(np.asarray(out)[mask], expected[mask], rtol=1e-9, atol=1e-12)
+  loss = lambda params: jnp.sum(core.apply({"params": params}, q, k, v, mask=mask) ** 2)
+  grads = jax.jit(jax.grad(loss))(variables["params"])
+  assert all(np.all(np.isfinite(np.asarray(g))) and np.any(np.asarray(g) != 0)
+             for g in jax.tree.leaves(grads))  # the gate and σ are learned
 
 
 def test_gated_requires_causal():
