@@ -19,6 +19,8 @@ Differences from the reference code (cmsflash/efficient-attention ``efficient_at
 
 - **Padding is masked**: padded keys are excluded from the length softmax (zero weight). The original
   works on image feature maps without padding.
+- The original module's 1×1-convolution projections, re-projection and residual connection belong to
+  the model here (the core owns no projections).
 - No 1/√D scaling, as in the original (the softmaxes replace it). Multi-head: one ρ_q/ρ_k per head, as
   in the original's per-head channel split.
 - **Dropout** (none in the original): whole keys are dropped from the numerator (kept with probability

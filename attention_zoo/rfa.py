@@ -9,8 +9,8 @@ Random Fourier features of ℓ2-normalised queries and keys, ``x̂ = x/|x|``::
 
 so ``E[φ(x)·φ(y)] = exp(−Σ_d σ_d² (x̂ − ŷ)_d² / 2)``, which for σ = s·1 is ``exp(s²(x̂·ŷ − 1))``: a
 softmax with temperature 1/s² over ``x̂·ŷ``. σ [H, D] is a learned parameter (``learn_sigma``,
-initialised to ``init_sigma``; the paper learns the random features' variance by this
-reparameterisation). Attention is :func:`attention_zoo.linear_attention.feature_attention`::
+initialised to ``init_sigma``; the paper learns σ through ``w = σ ∘ w̃``; per head and dimension
+here). Attention is :func:`attention_zoo.linear_attention.feature_attention`::
 
     out_i = φ(q̂_i)·Σ_j φ(k̂_j) v_jᵀ / max(φ(q̂_i)·Σ_j φ(k̂_j), floor)
 
