@@ -1,10 +1,11 @@
 """Performer: kernelized linear attention (Choromanski et al. 2021). O(L·M·(D + V)) time and memory.
 
-Axis legend: ``B`` batch, ``L`` length (``Q`` queries / ``K`` keys inside a causal chunk), ``H`` heads,
-``D`` query/key head dim, ``V`` value dim, ``M`` features, ``N`` causal chunks, ``C`` chunk length.
+Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, ``V`` value dim,
+``M`` features.
 
 Attention is ``out_i = Σ_j φ(q_i)·φ(k_j) v_j / Σ_j φ(q_i)·φ(k_j)`` and is computed without the L×L
-matrix: ``φ(Q) (φ(K)ᵀ V)`` (bidirectional) or chunked prefix sums (causal). Two kernels:
+matrix by :func:`attention_zoo.linear_attention.feature_attention`: ``φ(Q) (φ(K)ᵀ V)``
+(bidirectional) or chunked prefix sums (causal). Two kernels:
 
 - ``kernel="softmax"`` — FAVOR+ positive orthogonal random features estimating ``exp(q·k/√D)``:
   ``x̃ = x·D^{-1/4}``, ``φ(x) = M^{-1/2}(exp(x̃Wᵀ − ||x̃||²/2 − max) + ε)`` (``max``: see below).
@@ -19,11 +20,21 @@ Differences from the reference code (google-research ``fast_attention.py`` / the
 - **Padding is masked**: padded keys get zero features, so they get exactly zero weight (upstream ignored
   the mask). The key stabilizer (the subtracted maximum) is taken over real keys only, so padded
   contents cannot change real outputs.
-- Stabilizers: queries subtract their own max over features of ``x̃Wᵀ − ||x̃||²/2``, keys one max over
-  (real keys, features) per batch and head (upstream: max of ``x̃Wᵀ`` only). Both cancel in the ratio
-  apart from the ``ε = numerical_stabilizer`` term. The denominator is used as is (it is > 0 since all
-  features are positive) and only an empty denominator (no real key) is replaced by 1, instead of
-  upstream's ``R + 2δ·1[|R| ≤ δ]``.
+- Stabilizers: queries subtract their own max over features of ``x̃Wᵀ − ||x̃||²/2``; bidirectional
+  keys one max over (real keys, features) per batch and head (upstream: max of ``x̃Wᵀ`` only). Both
+  cancel in the ratio apart from the ``ε = numerical_stabilizer`` term. The denominator is used as is
+  (it is > 0 since all features are positive) and only an empty denominator (no real key) is replaced
+  by 1, instead of upstream's ``R + 2δ·1[|R| ≤ δ]``.
+- **Causal stabilizer**: a max over all keys would let future keys change past outputs, so causal keys
+  are normalised by their own max r_j (``φ(k_j) = M^{-1/2}(exp(z_j − r_j) + ε)``) and
+  :func:`attention_zoo.linear_attention.feature_attention` multiplies them by ``exp(r_j − s_i)`` with
+  ``s_i`` the running max of r over real keys j ≤ i, rescaling the running prefix state (and the query
+  side) when the max grows. Key j's feature as seen from query i is thus
+  ``M^{-1/2}(exp(z_j − s_i) + ε·exp(r_j − s_i))``: ε is relative to the key's own largest feature
+  (bidirectional: to the largest over all keys), an O(ε) difference in the ratio. (An earlier version
+  used the data-independent bound ``max_m |w_m|²/2`` ≈ 50 at D = 64, M = 256; ``exp(z − bound)`` ≈
+  1e-21 was swamped by ε = 1e-6 and the causal output was the running mean of v.) Upstream's causal
+  FAVOR+ subtracted a max over all positions (not strictly causal).
 - **Redraw** (``redraw``): ``"every_call"`` (upstream default) draws ``W`` from the flax ``"attention"``
   RNG stream on every call; when that stream is absent (e.g. evaluation without it) it falls back to the
   fixed matrix. ``"fixed"`` draws ``W`` once from ``key(seed)`` folded with a hash of the module path:
@@ -34,8 +45,8 @@ Differences from the reference code (google-research ``fast_attention.py`` / the
   the denominator keeps every key). In the effective matrix this is exactly attention dropout whose
   mask is shared by all queries: ``P_drop[i, j] = P[i, j]·keep_j/(1−p)``, unbiased like ``nn.Dropout``.
 - **Causal** uses chunked prefix sums instead of a per-position ``lax.scan``: quadratic inside chunks of
-  ``causal_chunk`` positions, and an exclusive cumulative sum of per-chunk ``φ(K)ᵀV`` states
-  [B, N, H, M, V] across chunks (memory L/C·M·V, not L·M·V).
+  ``causal_chunk`` positions, and an exclusive (rescaled) prefix scan of per-chunk ``φ(K)ᵀV`` states
+  [B, N, H, M, V] across chunks (memory L/C·M·V, not L·M·V); see ``attention_zoo/linear_attention.py``.
 
 The projection is sown to ``intermediates/projection`` (apply with ``mutable=["intermediates"]``).
 """
@@ -49,7 +60,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common
+from attention_zoo import common, linear_attention
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -78,6 +89,8 @@ class PerformerConfig(AttentionConfig):
   numerical_stabilizer: float = 1e-6
   kernel_epsilon: float = 1e-3
   causal_chunk: int = 64
+
+  paper_name = "Performer"
 
   def __post_init__(self):
     for field, allowed in (("kernel", ("softmax", "relu")), ("feature_norms", ("chi", "sqrt_d")),
@@ -132,13 +145,20 @@ def draw_projection(key: jax.Array, num_features: int, dim: int, *, orthogonal: 
 
 def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
                      mask: jax.Array | None = None, stabilizer: float = 1e-6,
-                     causal: bool = False) -> jax.Array:
+                     causal: bool = False, key_log_scale: bool = False):
   """FAVOR+ features φ(x) [B, L, H, M] (float32 or wider) of ``x`` [B, L, H, D]; W [M, D].
 
-  Keys (``is_query=False``) need ``mask`` bool [B, L]: padded keys get all-zero features and do not
-  enter the stabilizing maximum. The key stabilizer is the max over all real keys, except when
-  ``causal``: a max over positions would let future keys change past outputs, so causal keys use the
-  data-independent bound ``z = w·x − |x|²/2 ≤ max_m |w_m|²/2`` instead (no overflow for any input).
+  With ``z = x̃Wᵀ − |x̃|²/2`` (``x̃ = x·D^{-1/4}``), features are ``M^{-1/2}(exp(z − max) + ε)``.
+  Queries subtract their own max over features. Keys (``is_query=False``) need ``mask`` bool [B, L]:
+  padded keys get all-zero features and do not enter any maximum. The key max is:
+
+  - default: one max over (real keys, features) per batch and head (bidirectional attention);
+  - ``key_log_scale=True``: each key's own max r_j over features; returns ``(features, r)`` with r
+    [B, L, H] (no gradient), for :func:`linear_attention.feature_attention`'s ``k_log_scale``, which
+    restores ``exp(z − s_i)`` with a causal running max s_i (what the causal Performer uses);
+  - ``causal=True`` (kept for compatibility): the data-independent bound ``max_m |w_m|²/2``. It is
+    strictly causal but far too large: ``exp(z − bound)`` is ~1e-21 at D = 64, M = 256, drowned by ε
+    (the output becomes a running mean of v) or underflowing in float32. Prefer ``key_log_scale``.
   """
   dtype = common.accum_dtype(x, projection)
   x = x.astype(dtype) * x.shape[-1] ** -0.25
@@ -149,64 +169,22 @@ def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
     peak = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))         # [B, L, H, 1]
     return scale * (jnp.exp(z - peak) + stabilizer)
   real = mask[:, :, None, None]
-  if causal:
+  if key_log_scale:
+    peak = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))         # [B, L, H, 1]
+  elif causal:
     peak = jax.lax.stop_gradient(0.5 * jnp.max(jnp.sum(projection.astype(dtype) ** 2, axis=-1)))
   else:
     peak = jnp.max(jnp.where(real, z, common.NEG_INF), axis=(1, 3), keepdims=True)  # [B, 1, H, 1]
     peak = jax.lax.stop_gradient(jnp.where(peak > 0.5 * common.NEG_INF, peak, 0.0))
   z = jnp.where(real, z - peak, -jnp.inf)                                   # padded keys: exp -> 0
-  return scale * (jnp.exp(z) + stabilizer) * real
+  features = scale * (jnp.exp(z) + stabilizer) * real
+  return (features, peak[..., 0]) if key_log_scale else features
 
 
 def relu_features(x: jax.Array, *, epsilon: float = 1e-3, mask: jax.Array | None = None) -> jax.Array:
   """Generalized ReLU features ``relu(x) + ε`` [B, L, H, D] (float32 or wider); zero on padded keys."""
   features = jax.nn.relu(x.astype(common.accum_dtype(x))) + epsilon
   return features if mask is None else features * mask[:, :, None, None]
-
-
-def linear_attention(q_features: jax.Array, k_features: jax.Array, value: jax.Array,
-                     keep: jax.Array | None = None) -> jax.Array:
-  """Bidirectional ``φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1)``: features [B, L, H, M], value [B, L, H, V].
-
-  ``keep`` [B, L, H] (optional) scales keys in the numerator only (key dropout).
-  """
-  k_num = k_features if keep is None else k_features * keep[..., None]
-  kv = jnp.einsum("blhm,blhv->bhmv", k_num, value)                          # [B, H, M, V]
-  numerator = jnp.einsum("blhm,bhmv->blhv", q_features, kv)
-  denominator = jnp.einsum("blhm,bhm->blh", q_features, jnp.sum(k_features, axis=1))
-  return numerator / jnp.where(denominator > 0, denominator, 1.0)[..., None]
-
-
-def causal_linear_attention(q_features: jax.Array, k_features: jax.Array, value: jax.Array,
-                            keep: jax.Array | None = None, chunk: int = 64) -> jax.Array:
-  """Causal ``Σ_{j≤i}`` form of :func:`linear_attention` with chunked prefix sums.
-
-  Inside a chunk of C positions: the masked C×C products; across chunks: exclusive cumulative sums of
-  the per-chunk states φ(K)ᵀV [B, N, H, M, V] and φ(K)ᵀ1 [B, N, H, M].
-  """
-  length = q_features.shape[1]
-  chunk = min(chunk, length)
-  if keep is None:
-    keep = jnp.ones(k_features.shape[:3], k_features.dtype)
-  qf, kf, v, kp = (common.pad_axis(x, chunk, axis=1) for x in (q_features, k_features, value, keep))
-  qf, kf, v, kp = (x.reshape(x.shape[0], -1, chunk, *x.shape[2:]) for x in (qf, kf, v, kp))
-  kn = kf * kp[..., None]                                                    # numerator keys
-  # Within each chunk.
-  scores = jnp.einsum("bnqhm,bnkhm->bnhqk", qf, kf)                          # [B, N, H, C, C]
-  scores = jnp.where(common.causal_allowed(chunk, chunk), scores, 0.0)
-  num_scores = scores * jnp.einsum("bnkh->bnhk", kp)[:, :, :, None, :]
-  numerator = jnp.einsum("bnhqk,bnkhv->bnqhv", num_scores, v)
-  denominator = jnp.einsum("bnhqk->bnqh", scores)
-  # From earlier chunks (exclusive prefix over N).
-  def exclusive_cumsum(x):
-    return jnp.concatenate([jnp.zeros_like(x[:, :1]), jnp.cumsum(x, axis=1)[:, :-1]], axis=1)
-
-  prefix_kv = exclusive_cumsum(jnp.einsum("bnkhm,bnkhv->bnhmv", kn, v))      # [B, N, H, M, V]
-  prefix_k = exclusive_cumsum(jnp.einsum("bnkhm->bnhm", kf))                 # [B, N, H, M]
-  numerator = numerator + jnp.einsum("bnqhm,bnhmv->bnqhv", qf, prefix_kv)
-  denominator = denominator + jnp.einsum("bnqhm,bnhm->bnqh", qf, prefix_k)
-  out = numerator / jnp.where(denominator > 0, denominator, 1.0)[..., None]
-  return out.reshape(out.shape[0], -1, *out.shape[3:])[:, :length]
 
 
 @register_attention("performer", PerformerConfig)
@@ -232,22 +210,20 @@ class PerformerAttention(nn.Module):
     cfg = self.config
     batch, length, heads, dim = query.shape
     mask = common.default_mask(mask, batch, length)
+    log_scale = None
     if cfg.kernel == "softmax":
       projection = self.projection(dim, common.accum_dtype(query, key))
       self.sow("intermediates", "projection", projection)
       q_features = softmax_features(query, projection, is_query=True, stabilizer=cfg.numerical_stabilizer)
       k_features = softmax_features(key, projection, is_query=False, mask=mask,
-                                    stabilizer=cfg.numerical_stabilizer, causal=cfg.causal)
+                                    stabilizer=cfg.numerical_stabilizer, key_log_scale=cfg.causal)
+      if cfg.causal:
+        k_features, log_scale = k_features
     else:
       q_features = relu_features(query, epsilon=cfg.kernel_epsilon)
       k_features = relu_features(key, epsilon=cfg.kernel_epsilon, mask=mask)
-    keep = None
-    if cfg.dropout_rate > 0.0 and not deterministic:
-      keep = common.apply_dropout(jnp.ones((batch, length, heads), q_features.dtype),
-                                  cfg.dropout_rate, deterministic)
-    value_acc = value.astype(q_features.dtype)
-    if cfg.causal:
-      out = causal_linear_attention(q_features, k_features, value_acc, keep, cfg.causal_chunk)
-    else:
-      out = linear_attention(q_features, k_features, value_acc, keep)
+    keep = linear_attention.key_dropout(cfg.dropout_rate, deterministic, (batch, length, heads),
+                                        q_features.dtype)
+    out = linear_attention.feature_attention(q_features, k_features, value, mask, causal=cfg.causal,
+                                             chunk=cfg.causal_chunk, keep=keep, k_log_scale=log_scale)
     return out.astype(value.dtype)

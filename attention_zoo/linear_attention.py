@@ -1,0 +1,137 @@
+"""Feature-map ("linear") attention shared by Performer, the Linear Transformer, cosFormer, RFA and
+Efficient Attention. O(L·M·V) time, O(L·M + L/C·M·V) memory. Registers nothing.
+
+Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``M`` features, ``V`` value dim, ``N`` causal
+chunks, ``C`` chunk length, ``Q`` / ``K`` query / key positions inside a chunk, ``P`` position blocks.
+
+Given query features φ(q_i) and key features φ(k_j) [B, L, H, M] and optional per-key log scales r_j
+[B, L, H], the attention computed is::
+
+    out_i = Σ_j w_ij v_j / den_i,   w_ij = φ(q_i)·φ(k_j) · exp(r_j − s_i),   den_i = Σ_j w_ij
+
+over the real keys j (all of them, or j ≤ i when causal). ``s_i`` is a stabilizer that cancels in the
+ratio: the max of r over the keys query i sees (bidirectional: all real keys; causal: the running max
+over real keys j ≤ i, so no future key can influence a past output, not even numerically). Without
+log scales r = 0. Log scales serve two purposes: FAVOR+ keys normalised by their own maximum (r_j =
+that maximum, so ``φ(k_j)·exp(r_j − s_i)`` never overflows or underflows wholesale), and RFA's gated
+decay (r_j = log(1 − g_j) − Σ_{t≤j} log g_t).
+
+- Bidirectional: ``φ(Q)(φ(K)ᵀV)`` and ``φ(Q)(φ(K)ᵀ1)``.
+- Causal: chunked prefix sums. Inside a chunk of C positions the masked C×C products; across chunks the
+  per-chunk states ``Σ_j φ(k_j) exp(r_j − s) v_jᵀ`` [B, N, H, M, V] and ``Σ_j φ(k_j) exp(r_j − s)``
+  [B, N, H, M] are combined by an exclusive associative scan that rescales the running state whenever
+  the running max s grows (a linear recurrence x_n = a_n x_{n−1} + u_n with a_n = exp(s_{n−1} − s_n)
+  ≤ 1). Memory is linear in L (L/C states), never L×L.
+- Padded keys get zero features (and never enter s), so they get exactly zero weight.
+- Dropout (``keep`` [B, L, H], e.g. ``Bernoulli(1−p)/(1−p)``) scales keys in the numerator only: in
+  the effective matrix this is attention dropout with one mask per key shared by all queries,
+  ``P_drop[i, j] = P[i, j]·keep_j``, unbiased.
+- Denominator: ``den + eps``, then ``max(·, clamp)`` when ``clamp`` is given; a denominator that is
+  exactly 0 (no real key visible) is replaced by 1, so such rows are 0. With log scales, eps and clamp
+  apply to the stabilized denominator ``Σ_j φ(q_i)·φ(k_j)·exp(r_j − s_i)``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from attention_zoo import common
+
+
+def key_dropout(rate: float, deterministic: bool, shape: tuple[int, ...], dtype) -> jax.Array | None:
+  """``keep`` [B, L, H] for :func:`feature_attention` (flax ``"dropout"`` stream), or None when off.
+  Call from a module's ``__call__``."""
+  if rate <= 0.0 or deterministic:
+    return None
+  return common.apply_dropout(jnp.ones(shape, dtype), rate, False)
+
+
+def positional_blocks(features: jax.Array, weights: jax.Array) -> jax.Array:
+  """Per-position re-weighting as extra feature blocks: ``[φ·w_1, …, φ·w_P]`` [B, L, H, P·M] from
+  features [B, L, H, M] and weights [L, P] (e.g. cosFormer's sin/cos of the position)."""
+  blocks = jnp.einsum("blhm,lp->blhpm", features, weights.astype(features.dtype))
+  return blocks.reshape(*features.shape[:3], -1)
+
+
+def _divide(numerator: jax.Array, denominator: jax.Array, eps: float, clamp: float | None) -> jax.Array:
+  """numerator [..., V] / denominator [...] with the eps/clamp/empty-row rules of the module docstring
+  (an einsum with the reciprocal, as ``common.normalize``, but keeping negative denominators)."""
+  denominator = denominator + eps
+  if clamp is not None:
+    denominator = jnp.maximum(denominator, clamp)
+  denominator = jnp.where(denominator == 0, 1.0, denominator)
+  return jnp.einsum("...v,...->...v", numerator, 1.0 / denominator)
+
+
+def feature_attention(q_features: jax.Array, k_features: jax.Array, value: jax.Array,
+                      mask: jax.Array, *, causal: bool = False, chunk: int = 64,
+                      keep: jax.Array | None = None, k_log_scale: jax.Array | None = None,
+                      eps: float = 0.0, clamp: float | None = None) -> jax.Array:
+  """Feature-map attention (module docstring).
+
+  q_features, k_features: [B, L, H, M]; value: [B, L, H, V]; mask: bool [B, L] (True = real key);
+  keep: [B, L, H] numerator-only key scaling (dropout); k_log_scale: r [B, L, H] (may carry
+  gradients; the stabilizer s does not). Returns [B, L, H, V] in the features' dtype (or wider).
+  """
+  dtype = jnp.result_type(q_features, k_features)
+  real = mask[:, :, None]                                                    # [B, L, 1]
+  k_features = k_features.astype(dtype) * real[..., None]
+  value = value.astype(dtype)
+  log_scale = jnp.zeros(k_features.shape[:3], dtype) if k_log_scale is None else k_log_scale.astype(dtype)
+  log_scale = jnp.where(real, log_scale, common.NEG_INF)
+  if keep is None:
+    keep = jnp.ones(k_features.shape[:3], dtype)
+  if causal:
+    return _causal(q_features.astype(dtype), k_features, value, keep, log_scale, chunk, eps, clamp)
+  peak = jax.lax.stop_gradient(jnp.max(log_scale, axis=1, keepdims=True))   # [B, 1, H]
+  k_features = k_features * jnp.exp(log_scale - peak)[..., None]
+  kv = jnp.einsum("blhm,blh,blhv->bhmv", k_features, keep, value)           # [B, H, M, V]
+  numerator = jnp.einsum("blhm,bhmv->blhv", q_features, kv)
+  denominator = jnp.einsum("blhm,bhm->blh", q_features, jnp.sum(k_features, axis=1))
+  return _divide(numerator, denominator, eps, clamp)
+
+
+def _exclusive_rescaled_prefix(decay: jax.Array, states: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+  """x_n = decay_n·x_{n−1} + u_n along axis 1, returned shifted by one (x_{n−1}, x_{−1} = 0).
+  decay [B, N, H]; states [B, N, H, ...]."""
+  def combine(a, b):
+    (da, *xa), (db, *xb) = a, b
+    return (da * db, *(x2 + x1 * db.reshape(db.shape + (1,) * (x1.ndim - db.ndim))
+                       for x1, x2 in zip(xa, xb)))
+
+  _, *prefix = jax.lax.associative_scan(combine, (decay, *states), axis=1)
+  return tuple(jnp.concatenate([jnp.zeros_like(p[:, :1]), p[:, :-1]], axis=1) for p in prefix)
+
+
+def _causal(qf, kf, v, keep, log_scale, chunk, eps, clamp):
+  """Causal :func:`feature_attention` by chunked, rescaled prefix sums (shapes as there)."""
+  length = qf.shape[1]
+  chunk = min(chunk, length)
+  # Padding to a chunk multiple: zero features, log scale NEG_INF, so nothing is added.
+  qf, kf, v, keep = (common.pad_axis(x, chunk, axis=1) for x in (qf, kf, v, keep))
+  log_scale = common.pad_axis(log_scale, chunk, axis=1, value=common.NEG_INF)
+  running = jax.lax.stop_gradient(jax.lax.cummax(log_scale, axis=1))        # s_i [B, L', H]
+  qf, kf, v, keep, log_scale, running = (x.reshape(x.shape[0], -1, chunk, *x.shape[2:])
+                                         for x in (qf, kf, v, keep, log_scale, running))
+  chunk_end = running[:, :, -1]                                              # [B, N, H]
+  # Within each chunk: w_qk = φ(q)·φ(k)·exp(r_k − s_q) for k ≤ q.
+  allowed = common.causal_allowed(chunk, chunk)                              # [Q, K]
+  exponent = jnp.einsum("bnkh->bnhk", log_scale)[:, :, :, None, :] - jnp.einsum(
+      "bnqh->bnhq", running)[..., None]                                      # [B, N, H, Q, K]
+  factor = jnp.exp(jnp.where(allowed, exponent, common.NEG_INF))
+  scores = jnp.einsum("bnqhm,bnkhm->bnhqk", qf, kf) * factor
+  numerator = jnp.einsum("bnhqk,bnkh,bnkhv->bnqhv", scores, keep, v)
+  denominator = jnp.einsum("bnhqk->bnqh", scores)
+  # Across chunks: chunk states relative to the running max at the chunk end, rescaled prefix.
+  to_end = kf * jnp.exp(log_scale - chunk_end[:, :, None])[..., None]        # [B, N, K, H, M]
+  kv = jnp.einsum("bnkhm,bnkh,bnkhv->bnhmv", to_end, keep, v)               # [B, N, H, M, V]
+  ksum = jnp.einsum("bnkhm->bnhm", to_end)
+  previous_end = jnp.concatenate([jnp.full_like(chunk_end[:, :1], common.NEG_INF), chunk_end[:, :-1]], 1)
+  prefix_kv, prefix_k = _exclusive_rescaled_prefix(jnp.exp(previous_end - chunk_end), (kv, ksum))
+  # prefix_* of chunk n is relative to the running max at the end of chunk n − 1.
+  q_scaled = qf * jnp.exp(previous_end[:, :, None] - running)[..., None]    # [B, N, Q, H, M]
+  numerator = numerator + jnp.einsum("bnqhm,bnhmv->bnqhv", q_scaled, prefix_kv)
+  denominator = denominator + jnp.einsum("bnqhm,bnhm->bnqh", q_scaled, prefix_k)
+  out = _divide(numerator, denominator, eps, clamp)
+  return out.reshape(out.shape[0], -1, *out.shape[3:])[:, :length]
