@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import attention_zoo
-from tests.attention_probe import create, effective_matrix, init_and_apply, random_qkv
+from tests.attention_probe import create, init_and_apply, random_qkv
 
 NAMES = attention_zoo.list_attentions()
 LENGTH = 37  # deliberately not a multiple of any block size or a square
@@ -30,14 +30,34 @@ def _padded_mask(batch: int, length: int, pad: int) -> jnp.ndarray:
 
 
 def _causal_core(name):
-  """The causal core, or skip when the method declares it cannot be causal."""
+  """The causal core, or skip when the method declares it cannot be causal (traced, not compiled)."""
   core = create(name, causal=True)
   q, k, v = random_qkv(0, 1, 16, 1, 4, 4)
   try:
-    init_and_apply(core, q, k, v)
+    jax.eval_shape(lambda q, k, v: core.init(_RNGS, q, k, v), q, k, v)
   except NotImplementedError as err:
     pytest.skip(f"{name} has no causal form: {err}")
   return core
+
+
+# The RNG streams of attention_probe.init_and_apply(seed=0), so both give the same draws.
+_RNGS = {"params": jax.random.key(0), "dropout": jax.random.key(1), "attention": jax.random.key(2)}
+
+
+def _compiled(core, q, k, v, mask=None):
+  """(variables, apply): ``core`` initialised on these inputs and its ``apply(q, k, v, mask)`` under
+  ``jax.jit`` — one compile per input shape instead of op-by-op dispatch (the probe feeds V = L)."""
+  variables = jax.jit(lambda q, k, v, m: core.init(_RNGS, q, k, v, mask=m))(q, k, v, mask)
+  rngs = {"dropout": _RNGS["dropout"], "attention": _RNGS["attention"]}
+  return variables, jax.jit(lambda q, k, v, m=None: core.apply(variables, q, k, v, mask=m, rngs=rngs))
+
+
+def _effective(core, q, k, mask=None) -> np.ndarray:
+  """The effective matrix P [B, L, L] of ``core`` (value = identity; one head), compiled once."""
+  batch, length = q.shape[:2]
+  eye = jnp.broadcast_to(jnp.eye(length, dtype=q.dtype)[None, :, None, :], (batch, length, 1, length))
+  _, apply = _compiled(core, q, k, eye, mask)
+  return np.asarray(apply(q, k, eye, mask)[:, :, 0, :])
 
 
 def test_registry_errors_are_clear():
@@ -90,12 +110,12 @@ def test_padding_contents_do_not_leak(name):
   core = create(name)
   q, k, v = random_qkv(3, 2, LENGTH, 2, 8, 8)
   mask = _padded_mask(2, LENGTH, PAD)
-  out1, variables = init_and_apply(core, q, k, v, mask)
+  _, apply = _compiled(core, q, k, v, mask)
   pad = ~np.asarray(mask)[:, :, None, None]
   q2, k2, v2 = (jnp.where(pad, 7.0 * x2 + 3.0, x) for x, x2 in zip((q, k, v), random_qkv(4, 2, LENGTH, 2, 8, 8)))
-  out2, _ = init_and_apply(core, q2, k2, v2, mask, variables=variables)
   real = np.asarray(mask)
-  np.testing.assert_allclose(np.asarray(out1)[real], np.asarray(out2)[real], rtol=2e-5, atol=2e-5)
+  np.testing.assert_allclose(np.asarray(apply(q, k, v, mask))[real], np.asarray(apply(q2, k2, v2, mask))[real],
+                             rtol=2e-5, atol=2e-5)
 
 
 def _check_declared_rows(name, p, real_rows):
@@ -110,10 +130,9 @@ def _check_declared_rows(name, p, real_rows):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_effective_matrix_declared_properties_and_zero_on_padding(name):
-  core = create(name)
   q, k, _ = random_qkv(5, 2, LENGTH, 1, 8, 1)
   mask = _padded_mask(2, LENGTH, PAD)
-  p = effective_matrix(core, q, k, mask)
+  p = _effective(create(name), q, k, mask)
   real = np.asarray(mask)
   _check_declared_rows(name, p, real)
   padded_cols = p[0][:, ~real[0]]
@@ -127,7 +146,7 @@ def test_effective_matrix_within_declared_support(name):
     pytest.skip(f"{name} declares no fixed support")
   assert support.shape == (LENGTH, LENGTH) and support.dtype == bool
   q, k, _ = random_qkv(5, 1, LENGTH, 1, 8, 1)
-  p = effective_matrix(create(name), q, k)[0]
+  p = _effective(create(name), q, k)[0]
   assert np.all(np.abs(p[~support]) < 1e-7), f"{name} puts weight outside its declared support"
 
 
@@ -161,15 +180,15 @@ def test_dropout_is_unbiased(name):
 def test_causal_never_looks_ahead(name):
   core = _causal_core(name)
   q, k, v = random_qkv(7, 1, LENGTH, 1, 8, 8)
-  p = effective_matrix(core, q, k)[0]
+  p = _effective(core, q, k)[0]
   assert np.all(np.abs(np.triu(p, 1)) < 1e-7), "causal weights above the diagonal"
   _check_declared_rows(name, p, np.ones(LENGTH, bool))
   # Perturbing the future leaves the past unchanged.
   cut = LENGTH // 2
-  out1, variables = init_and_apply(core, q, k, v)
+  _, apply = _compiled(core, q, k, v)
   q2, k2, v2 = (x.at[:, cut:].add(5.0) for x in (q, k, v))
-  out2, _ = init_and_apply(core, q2, k2, v2, variables=variables)
-  np.testing.assert_allclose(np.asarray(out1)[:, :cut], np.asarray(out2)[:, :cut], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(apply(q, k, v))[:, :cut], np.asarray(apply(q2, k2, v2))[:, :cut],
+                             rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", NAMES)
