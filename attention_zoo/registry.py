@@ -112,3 +112,23 @@ def attention_config(name: str, **overrides: Any) -> AttentionConfig:
 def create_attention(name: str, **overrides: Any) -> nn.Module:
   """Builds the attention core registered as ``name`` (unbound flax module)."""
   return _entry(name).module_cls(config=attention_config(name, **overrides))
+
+
+import contextlib as _contextlib  # noqa: E402 - kept with the one helper that needs it
+from typing import Iterator as _Iterator  # noqa: E402
+
+
+@_contextlib.contextmanager
+def temporary(cores: dict[str, tuple[type[nn.Module], type[AttentionConfig]]]) -> _Iterator[list[str]]:
+  """Registers ``{name: (module class, config class)}`` for the ``with`` block only (tests' fake cores).
+
+  A name registered to another class is an error (as for ``register_attention``); on exit those names
+  are unregistered, whatever the block raised. Yields the names.
+  """
+  for name, (module_cls, config_cls) in cores.items():
+    register_attention(name, config_cls)(module_cls)
+  try:
+    yield list(cores)
+  finally:
+    for name in cores:
+      _REGISTRY.pop(name, None)

@@ -1,6 +1,6 @@
 """The Combiner protocol: the official LRA configs, with Pathfinder on the intermediate difficulty.
 
-``pathfinder32_inter`` = contour length 9 (``curv_contour_length_9``; generators.md §2.2).
+``pathfinder32_inter`` = contour length 9 (the release's ``curv_contour_length_9`` folder).
 
   lra-bench data prepare pathfinder --protocol combiner
   lra-bench train --task pathfinder --attention combiner_fixed --protocol combiner --workdir runs/pf_comb

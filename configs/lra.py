@@ -1,7 +1,8 @@
 """The official LRA protocol: the per-task Transformer configs of google-research/long-range-arena.
 
-Values are the repo's ``base_*_config.py`` plus ``transformer_base.py`` (research/lra_official.md §2);
-the repo configs are authoritative over the paper appendix (maintainers, LRA issues #17/#21).
+Values are the repo's ``lra_benchmarks/<task>/configs/base_*_config.py`` plus the model's
+``transformer_base.py``; the repo configs are authoritative over the paper appendix (as its maintainers
+said in LRA issues #17 and #21).
 
   lra-bench train --task listops --attention vanilla --protocol lra --workdir runs/listops_vanilla
 """
@@ -44,7 +45,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.prepare = ml_collections.ConfigDict()   # passed to Task.prepare by `data prepare --protocol`
 
   c.batch_size = 32                     # the global batch: over all devices and accumulation steps
-  # Scale-out (lra_bench/parallel.py). Gradient accumulation: the batch is run as this many equal
+  # Scale-out (lra_bench/training/parallel.py). Gradient accumulation: the batch is run as this many equal
   # micro-batches, one optimizer step (same result, 1/accumulate_steps of the activation memory).
   c.accumulate_steps = 1
   c.precision = "float32"               # or "bfloat16": bf16 activations/matmuls; params, softmax, norms, loss f32

@@ -1,4 +1,4 @@
-"""The ``lra-bench`` command line: flags + one call per command (logic lives in ``commands.py``).
+"""The ``lra-bench`` command line: flags, and one call into a wing per command.
 
   lra-bench list [attentions|tasks|protocols]
   lra-bench data prepare <task> [--protocol smoke] [--num_train N ...] [--data_dir DIR]
@@ -34,7 +34,7 @@ flags.DEFINE_string("data_dir", None, "Data root (default $LRA_DATA_DIR or ~/lra
 flags.DEFINE_string("results_dir", None, "Also append the record to <results_dir>/results.jsonl.")
 flags.DEFINE_multi_string("set", [], "Config override key=value (repeatable), e.g. model.num_layers=2.")
 flags.DEFINE_bool("force", False, "Rerun a finished run from scratch.")
-# multi-host (lra_bench/parallel.py); unset = one process unless the environment says otherwise
+# multi-host (lra_bench/training/parallel.py); unset = one process unless the environment says otherwise
 flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0 (jax.distributed).")
 flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
@@ -88,71 +88,142 @@ def _data_dir() -> str:
   return FLAGS.data_dir or default_data_dir()
 
 
-def main(argv: list[str]) -> int:
-  from lra_bench import commands
-  from lra_bench.config import ConfigError
-  from lra_bench.download import DownloadError
-  from tasks import DataError, MissingDataError
+def _list(what: str | None) -> str:
+  import attention_zoo
+  import tasks
+  from lra_bench.training import config
 
-  words = argv[1:]
+  listing = {"attentions": attention_zoo.list_attentions, "tasks": tasks.list_tasks,
+             "protocols": config.list_protocols}
+  if what is None:
+    return "\n".join(f"{name + ':':11} {', '.join(names())}" for name, names in listing.items())
+  if what not in listing:
+    raise ValueError(f"unknown listing {what!r}; expected one of {', '.join(listing)}")
+  return "\n".join(listing[what]())
+
+
+def _prepare(task_name: str) -> str:
+  """``data prepare``: the protocol's ``data.prepare`` options (if one is named), updated by the flags."""
+  import tasks
+  from lra_bench.training import config
+
+  task = tasks.get_task(task_name)
+  options = config.load_config(FLAGS.protocol, task_name).data.prepare.to_dict() if FLAGS.protocol else {}
+  options.update({name: FLAGS[name].value for name in PREPARE_FLAGS if FLAGS[name].value is not None})
+  if FLAGS["seed"].present:
+    options["seed"] = FLAGS.seed
+  logging.info("preparing %s in %s with %s", task_name, _data_dir(), options or "defaults")
   try:
-    if words == ["list"]:
-      print(commands.list_all())
-    elif words[:1] == ["list"] and len(words) == 2:
-      print("\n".join(commands.list_names(words[1])))
-    elif words[:2] == ["data", "prepare"] and len(words) == 3:
-      options = {name: FLAGS[name].value for name in PREPARE_FLAGS}
-      if FLAGS["seed"].present:
-        options["seed"] = FLAGS.seed
-      print(commands.prepare_data(words[2], _data_dir(), FLAGS.protocol, options))
-    elif words == ["data", "download", "lra-release"]:
-      print(commands.download_lra_release(_data_dir(), FLAGS.url, FLAGS.sha256))
-    elif words == ["train"]:
-      if not FLAGS.task:
-        raise ConfigError("train needs --task (lra-bench list shows the tasks)")
-      commands.start_distributed(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
-                                 FLAGS.distributed)
-      record = commands.train(FLAGS.task, FLAGS.attention, FLAGS.protocol or "lra", FLAGS.seed,
-                              FLAGS.workdir, _data_dir(), FLAGS.results_dir, FLAGS.set, FLAGS.force)
-      if record["status"] != "ok":
-        print(f"error: run {record['status']}: {record['error']}", file=sys.stderr)
-        return 1
-      print(f"test accuracy {record['test_accuracy']:.4f} (best validation {record['best_val_accuracy']:.4f} "
-            f"at step {record['best_step']}); result in {os.path.join(record['workdir'], 'result.json')}")
-    elif words == ["suite"]:
-      if not FLAGS.results_dir:
-        raise ConfigError("suite needs --results_dir")
-      summary = commands.suite(FLAGS.protocol or "smoke", FLAGS.tasks, FLAGS.attentions, FLAGS.seeds,
-                               FLAGS.results_dir, _data_dir(), FLAGS.set, bool(FLAGS.isolate),
-                               FLAGS.retry_failed)
-      print("\n".join(summary.lines()))
-    elif words == ["bench"]:
-      if not FLAGS.results_dir:
-        raise ConfigError("bench needs --results_dir")
-      summary = commands.bench(FLAGS.lengths, FLAGS.attentions, FLAGS.results_dir, FLAGS.batch_size,
-                               FLAGS.mode, FLAGS.warmup_steps, FLAGS.repeats, FLAGS.compile_only,
-                               FLAGS.compile_only_from, FLAGS.timeout,
-                               FLAGS.isolate is not False, FLAGS.set)
-      print("\n".join(summary.lines()))
-    elif words == ["report"]:
-      if not FLAGS.results_dir:
-        raise ConfigError("report needs --results_dir")
-      out = FLAGS.out or os.path.join(FLAGS.results_dir, "report")
-      paths = commands.report(FLAGS.results_dir, out, FLAGS.reference_dir, FLAGS.length,
-                              "lra-bench " + " ".join(map(shlex.quote, sys.argv[1:])))
-      print(f"wrote {len(paths)} files; start at {os.path.join(out, 'index.md')}")
-    elif words[:2] == ["viz", "attention"] and len(words) == 3:
-      print("\n".join(commands.viz_attention(words[2], FLAGS.length, FLAGS.out)))
-    else:
-      print(f"error: unknown command {' '.join(words)!r}\n{USAGE}", file=sys.stderr)
-      return 2
+    return task.prepare(_data_dir(), **options)
+  except TypeError as err:  # an option this task does not take
+    raise config.ConfigError(f"data prepare {task_name}: {err}") from None
+
+
+def _download() -> str:
+  from tasks import download
+
+  path = download.download_lra_release(_data_dir(), url=FLAGS.url or download.LRA_RELEASE_URL,
+                                       sha256=FLAGS.sha256)
+  return f"LRA release in {path}"
+
+
+def _train() -> int:
+  from lra_bench.experiments import cell
+  from lra_bench.training import config, parallel
+
+  if not FLAGS.task:
+    raise config.ConfigError("train needs --task (lra-bench list shows the tasks)")
+  parallel.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id, FLAGS.distributed)
+  protocol = FLAGS.protocol or "lra"
+  run_config = config.load_config(protocol, FLAGS.task, FLAGS.set, attention=FLAGS.attention, seed=FLAGS.seed)
+  workdir = FLAGS.workdir or os.path.join("runs", protocol, FLAGS.task, f"{FLAGS.attention}_seed{FLAGS.seed}")
+  record = cell.train_cell(run_config, workdir, _data_dir(), FLAGS.results_dir, force=FLAGS.force)
+  if record["status"] != "ok":
+    print(f"error: run {record['status']}: {record['error']}", file=sys.stderr)
+    return 1
+  print(f"test accuracy {record['test_accuracy']:.4f} (best validation {record['best_val_accuracy']:.4f} "
+        f"at step {record['best_step']}); result in {os.path.join(record['workdir'], 'result.json')}")
+  return 0
+
+
+def _suite() -> str:
+  from lra_bench.experiments import suite
+
+  summary = suite.run_suite(FLAGS.protocol or "smoke", FLAGS.tasks, FLAGS.attentions, FLAGS.seeds,
+                            results_dir=_required("results_dir", "suite"), data_dir=_data_dir(),
+                            overrides=FLAGS.set, isolate=bool(FLAGS.isolate), retry_failed=FLAGS.retry_failed)
+  return "\n".join(summary.lines())
+
+
+def _bench() -> str:
+  from lra_bench.experiments import bench
+
+  summary = bench.run_bench(FLAGS.lengths, FLAGS.attentions, results_dir=_required("results_dir", "bench"),
+                            batch_size=FLAGS.batch_size, mode=FLAGS.mode, warmup_steps=FLAGS.warmup_steps,
+                            repeats=FLAGS.repeats, compile_only=FLAGS.compile_only,
+                            compile_only_from=FLAGS.compile_only_from, timeout_s=FLAGS.timeout,
+                            isolate=FLAGS.isolate is not False, overrides=FLAGS.set)
+  return "\n".join(summary.lines())
+
+
+def _report() -> str:
+  from lra_bench.report import index
+
+  results_dir = _required("results_dir", "report")
+  out = FLAGS.out or os.path.join(results_dir, "report")
+  paths = index.write_report(results_dir, out, reference_dir=FLAGS.reference_dir,
+                             attention_length=FLAGS.length,
+                             command="lra-bench " + " ".join(map(shlex.quote, sys.argv[1:])))
+  return f"wrote {len(paths)} files; start at {os.path.join(out, 'index.md')}"
+
+
+def _viz(name: str) -> str:
+  from lra_bench.report import viz
+
+  return "\n".join(viz.plot_attention(name, FLAGS.out or viz.default_out(name, FLAGS.length), FLAGS.length))
+
+
+def _required(flag: str, command: str) -> str:
+  from lra_bench.training.config import ConfigError
+
+  if not FLAGS[flag].value:
+    raise ConfigError(f"{command} needs --{flag}")
+  return FLAGS[flag].value
+
+
+def _dispatch(words: list[str]) -> int:
+  """Runs the command ``words`` names; its exit status (2: no such command)."""
+  if words[:1] == ["list"] and len(words) <= 2:
+    print(_list(words[1] if len(words) == 2 else None))
+  elif words[:2] == ["data", "prepare"] and len(words) == 3:
+    print(_prepare(words[2]))
+  elif words == ["data", "download", "lra-release"]:
+    print(_download())
+  elif words == ["train"]:
+    return _train()
+  elif words[:1] in (["suite"], ["bench"], ["report"]) and len(words) == 1:
+    print({"suite": _suite, "bench": _bench, "report": _report}[words[0]]())
+  elif words[:2] == ["viz", "attention"] and len(words) == 3:
+    print(_viz(words[2]))
+  else:
+    print(f"error: unknown command {' '.join(words)!r}\n{USAGE}", file=sys.stderr)
+    return 2
+  return 0
+
+
+def main(argv: list[str]) -> int:
+  from lra_bench.training.config import ConfigError
+  from tasks import DataError, MissingDataError
+  from tasks.download import DownloadError
+
+  try:
+    return _dispatch(argv[1:])
   except MissingDataError as err:  # one line: what is missing and the command that makes it
     print("error: no data: " + " ".join(line.strip() for line in str(err).splitlines()), file=sys.stderr)
     return 1
   except (ConfigError, DataError, DownloadError, ValueError, TypeError) as err:
     print(f"error: {err}", file=sys.stderr)
     return 2
-  return 0
 
 
 def run() -> None:

@@ -36,7 +36,7 @@ def listops_dir(tmp_path_factory):
 
 def tiny_overrides(**extra):
   """Overrides that shrink the smoke protocol to seconds, for the tiny ListOps data above."""
-  values = {"data.options.name": "'tiny'", "data.max_length": 64, "batch_size": 8,
+  values = {"data.options.name": "tiny", "data.max_length": 64, "batch_size": 8,
             "num_train_steps": 24, "eval_every": 8, "checkpoint_every": 8, "log_every": 4,
             "model.num_layers": 1, "model.emb_dim": 16, "model.qkv_dim": 16, "model.mlp_dim": 32,
             "optimizer.warmup_steps": 4}

@@ -7,7 +7,6 @@ them all so JAX, TensorFlow and the compiles are paid for once.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 
@@ -16,15 +15,16 @@ import numpy as np
 import optax
 
 import tasks
-from lra_bench import config as config_lib
-from lra_bench import parallel, train
+from lra_bench.experiments import cell
+from lra_bench.training import config as config_lib
+from lra_bench.training import checkpoints, loop, optim, parallel, steps
 from tests.conftest import tiny_overrides
 
 
 def _setup(**overrides):
   config = config_lib.load_config("smoke", "listops", tiny_overrides(**overrides))
   task = tasks.get_task("listops")
-  return config, train.create_model(config, task), task
+  return config, steps.create_model(config, task), task
 
 
 def _batches(task, count: int, batch_size: int, length: int = 64, seed: int = 0) -> list[dict]:
@@ -35,23 +35,22 @@ def _batches(task, count: int, batch_size: int, length: int = 64, seed: int = 0)
 
 
 def _run_steps(config, model, tx, batches, devices, param_sharding="replicated", accumulate_steps=1):
-  """Trains on ``batches`` over a mesh of ``devices`` as the loop does.
+  """Trains on ``batches`` over a mesh of ``devices`` with the loop's own mesh/jit block (``loop.place``).
 
   Returns (losses, initial params, final params, whether any state leaf is split over devices).
   """
   mesh = parallel.make_mesh(devices)
-  shardings_of = functools.partial(parallel.state_shardings, mesh=mesh, param_sharding=param_sharding)
-  state = train.init_state(config, model, tx, batches[0], shardings=shardings_of)
-  shardings = shardings_of(state)
-  initial = jax.device_get(state.params)
-  step = jax.jit(functools.partial(train.train_step, model=model, tx=tx, accumulate_steps=accumulate_steps),
-                 in_shardings=(shardings, parallel.batch_sharding(mesh)),
-                 out_shardings=(shardings, parallel.replicated(mesh)), donate_argnums=0)
+  config = config_lib.load_config("smoke", "listops", tiny_overrides(
+      param_sharding=param_sharding, accumulate_steps=accumulate_steps,
+      **{"model.dropout_rate": config.model.dropout_rate,
+         "model.attention_dropout_rate": config.model.attention_dropout_rate}))
+  placed = loop.place(config, model, tx, mesh, batches[0])
+  state, initial = placed.state, jax.device_get(placed.state.params)
   losses = []
   for batch in batches:
-    state, metrics = step(state, parallel.global_batch(batch, mesh))
+    state, metrics = placed.train_step(state, parallel.global_batch(batch, mesh))
     losses.append(float(metrics["loss"]))
-  sharded = any(not s.is_fully_replicated for s in jax.tree.leaves(shardings))
+  sharded = any(not s.is_fully_replicated for s in jax.tree.leaves(placed.state_shardings))
   return losses, initial, jax.device_get(state.params), sharded
 
 
@@ -63,7 +62,7 @@ def _max_diff(a, b) -> float:
 def data_parallel_matches_one_device() -> dict:
   """Same batches, same keys (dropout on): 1 device vs 4 devices replicated vs 4 devices FSDP."""
   config, model, task = _setup()
-  tx = train.make_optimizer(config.optimizer)
+  tx = optim.make_optimizer(config.optimizer)
   batches = _batches(task, 4, 8)
   one, _, params_one, _ = _run_steps(config, model, tx, batches, jax.devices()[:1])
   four, _, params_four, _ = _run_steps(config, model, tx, batches, jax.devices())
@@ -96,32 +95,32 @@ def end_to_end(data_dir: str, workdir: str) -> dict:
   the last one is padded and masked); the same run interrupted after its first checkpoint and rerun
   (exact resume); and an indivisible batch."""
   config = config_lib.load_config("smoke", "listops", tiny_overrides(
-      num_train_steps=8, eval_every=4, checkpoint_every=4, accumulate_steps=2, precision="'bfloat16'"))
-  record = train.run(config, workdir + "/e2e", data_dir)
+      num_train_steps=8, eval_every=4, checkpoint_every=4, accumulate_steps=2, precision="bfloat16"))
+  record = cell.train_cell(config, workdir + "/e2e", data_dir)
 
-  save_last = train._Checkpoints.save_last
+  save_last = checkpoints.Checkpoints.save_last
   def save_and_die(self, *args, **kwargs):
     save_last(self, *args, **kwargs)
     raise _Interrupted
-  train._Checkpoints.save_last = save_and_die
+  checkpoints.Checkpoints.save_last = save_and_die
   try:
-    train.run(config, workdir + "/resumed", data_dir)
+    cell.train_cell(config, workdir + "/resumed", data_dir)
   except _Interrupted:
     pass
   finally:
-    train._Checkpoints.save_last = save_last
-  restore_last, resumed_from = train._Checkpoints.restore_last, []
+    checkpoints.Checkpoints.save_last = save_last
+  restore_last, resumed_from = checkpoints.Checkpoints.restore_last, []
   def restore_and_note(self, *args, **kwargs):
     restored = restore_last(self, *args, **kwargs)
     resumed_from.append(None if restored is None else int(restored[0].step))
     return restored
-  train._Checkpoints.restore_last = restore_and_note
+  checkpoints.Checkpoints.restore_last = restore_and_note
   try:
-    resumed = train.run(config, workdir + "/resumed", data_dir)
+    resumed = cell.train_cell(config, workdir + "/resumed", data_dir)
   finally:
-    train._Checkpoints.restore_last = restore_last
+    checkpoints.Checkpoints.restore_last = restore_last
 
-  bad = train.run(config_lib.load_config("smoke", "listops", tiny_overrides(batch_size=6)),
+  bad = cell.train_cell(config_lib.load_config("smoke", "listops", tiny_overrides(batch_size=6)),
                   workdir + "/bad", data_dir)
   keys = ("status", "error", "test_examples", "num_devices", "per_device_batch_size", "accumulate_steps",
           "precision", "test_accuracy", "test_accuracy_last", "best_val_accuracy", "best_step",

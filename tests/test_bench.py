@@ -8,12 +8,13 @@ import pytest
 
 import attention_zoo
 from attention_zoo import registry
-from lra_bench import bench, results
+from lra_bench.experiments import bench, results
 
 # A one-layer, 16-wide version of the Table 2 model: same code path, seconds to compile.
 TINY = ["model.num_layers=1", "model.emb_dim=16", "model.qkv_dim=16", "model.mlp_dim=32", "model.num_heads=2"]
 
 
+@pytest.mark.timeout(600)  # subprocess(es)
 def test_two_lengths_end_to_end_and_resume(tmp_path, fast_compile):
   results_dir = str(tmp_path)
   summary = bench.run_bench([32, 64], "vanilla", results_dir=results_dir, batch_size=2, repeats=3,
@@ -24,7 +25,7 @@ def test_two_lengths_end_to_end_and_resume(tmp_path, fast_compile):
     assert r["kind"] == "bench" and r["mode"] == "train" and r["status"] == "ok"
     assert r["flops_per_step"] > 0 and r["compiled_memory_bytes"] > 0 and r["num_params"] > 0
     assert r["config"]["model"]["num_layers"] == 1 and r["batch_size"] == 2
-  assert len(timed["step_seconds"]) == 3 and timed["step_seconds_q25"] <= timed["step_seconds_median"]
+  assert len(timed["step_seconds"]) == 3
   assert timed["steps_per_second"] == pytest.approx(1.0 / timed["step_seconds_median"])
   assert compiled["compile_only"] and compiled["steps_per_second"] is None
   assert compiled["flops_per_step"] > timed["flops_per_step"]
@@ -52,13 +53,10 @@ class OomAbove40(nn.Module):
 
 
 def test_oom_is_a_data_point_in_process_inference(tmp_path, fast_compile):
-  attention_zoo.register_attention("test_oom_above_40", FakeConfig)(OomAbove40)
-  try:
+  with registry.temporary({"test_oom_above_40": (OomAbove40, FakeConfig)}):
     summary = bench.run_bench([32, 64, 128], "test_oom_above_40", results_dir=str(tmp_path), batch_size=1,
                               mode="inference", repeats=2, warmup_steps=1, isolate=False, overrides=TINY,
                               progress=False)
-  finally:
-    registry._REGISTRY.pop("test_oom_above_40", None)
   by_length = {r["max_length"]: r for r in summary.records}
   assert by_length[32]["status"] == "ok" and by_length[32]["mode"] == "inference"
   assert by_length[32]["steps_per_second"] > 0 and by_length[32]["flops_per_step"] > 0
@@ -66,6 +64,7 @@ def test_oom_is_a_data_point_in_process_inference(tmp_path, fast_compile):
   assert by_length[128]["status"] == "oom" and "not run" in by_length[128]["error"]
 
 
+@pytest.mark.timeout(120)  # subprocess(es)
 def test_timeout_is_a_failed_point(tmp_path):
   config = bench.bench_config("vanilla", 32, batch_size=1, overrides=TINY)
   out = bench.run_point(config, isolate=True, timeout_s=0.01)

@@ -17,6 +17,7 @@ def cli(*args, **kwargs):
                         text=True, env=env, timeout=600, **kwargs)
 
 
+@pytest.mark.timeout(300)  # subprocess(es)
 def test_list():
   proc = cli("list")
   assert proc.returncode == 0
@@ -31,6 +32,7 @@ def test_list():
     (["data", "prepare", "nope"], "unknown task 'nope'"),
     (["frobnicate"], "unknown command 'frobnicate'"),
 ])
+@pytest.mark.timeout(300)  # subprocess(es)
 def test_bad_input_is_one_clear_line(args, message):
   proc = cli(*args)
   assert proc.returncode == 2
@@ -38,6 +40,7 @@ def test_bad_input_is_one_clear_line(args, message):
   assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.timeout(600)  # subprocess(es)
 def test_prepare_then_train(tmp_path):
   data_dir = str(tmp_path / "data")
   proc = cli("data", "prepare", "listops", f"--data_dir={data_dir}", "--name=tiny", "--num_train=64",

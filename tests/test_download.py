@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from lra_bench import download
+from tasks import download
 
 
 def make_tarball() -> bytes:

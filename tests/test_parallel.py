@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from lra_bench import parallel
-from lra_bench.config import ConfigError, load_config
+from lra_bench.training import parallel
+from lra_bench.training.config import ConfigError, load_config
 from tests.conftest import tiny_overrides
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,7 @@ def test_batch_split_and_indivisible_batches():
   with pytest.raises(ConfigError, match="not divisible by accumulate_steps 3"):
     parallel.batch_split(16, 3, 1, 1)
   with pytest.raises(ConfigError, match="unknown precision 'float16'"):
-    load_config("smoke", "listops", ["precision='float16'"])
+    load_config("smoke", "listops", ["precision=float16"])
   with pytest.raises(ConfigError, match="accumulate_steps 3"):
     load_config("smoke", "listops", ["accumulate_steps=3"])
 
@@ -68,6 +68,7 @@ def test_fsdp_splits_large_arrays_only():
   assert parallel._fsdp_spec((128, 512), 1) == parallel.P()
 
 
+@pytest.mark.timeout(700)  # subprocess(es)
 def test_four_devices(listops_dir, tmp_path):
   """4 simulated devices in one process (tests/spmd_checks.py)."""
   proc = subprocess.run([sys.executable, "-m", "tests.spmd_checks", listops_dir, str(tmp_path)], cwd=REPO,
@@ -103,6 +104,7 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+@pytest.mark.timeout(700)  # subprocess(es)
 def test_two_processes_on_localhost(listops_dir, tmp_path):
   """The multi-host path for real: 2 processes x 2 CPU devices, jax.distributed with a local coordinator,
   each reading its own shard of the data; one record, written by process 0, counting all 37 test examples."""

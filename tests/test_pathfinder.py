@@ -10,8 +10,8 @@ import pytest
 from scipy import ndimage
 
 import tasks
-from lra_bench import config as config_lib
-from lra_bench import train
+from lra_bench.experiments import cell
+from lra_bench.training import config as config_lib
 from tasks import pathfinder, pathfinder_gen as gen
 
 
@@ -167,7 +167,7 @@ def test_tiny_training(pf_root, tmp_path):
                "checkpoint_every": 2, "log_every": 2, "model.emb_dim": 16, "model.qkv_dim": 16,
                "model.mlp_dim": 16, "optimizer.warmup_steps": 1, "model.input_kind": "'pixels'"}
   config = config_lib.load_config("smoke", "pathfinder", [f"{k}={v}" for k, v in overrides.items()])
-  record = train.run(config, str(tmp_path / "run"), pf_root)
+  record = cell.train_cell(config, str(tmp_path / "run"), pf_root)
   assert record["status"] == "ok", record.get("error")
   assert record["data"]["train"]["num_truncated"] == 48  # 1024 pixels cut to 256, counted
   assert 0.0 <= record["test_accuracy"] <= 1.0

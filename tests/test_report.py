@@ -7,7 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lra_bench import commands, plots, report, results
+from lra_bench.experiments import results
+from lra_bench.report import accuracy, efficiency, plots, reference, viz
+from lra_bench.report import index as report_index
 
 
 def train_record(attention, task, seed, accuracy, protocol="lra", status="ok", error=None):
@@ -38,7 +40,7 @@ RECORDS = [
     train_record("combiner_fixed", "listops", 0, None, status="failed", error="RuntimeError: boom"),
     train_record("vanilla", "listops", 0, 0.10, protocol="smoke"),
 ]
-REFERENCE, REFERENCE_EFF = report.load_reference()
+REFERENCE, REFERENCE_EFF = reference.load_reference()
 
 
 def cell(rep, attention, task):
@@ -47,7 +49,7 @@ def cell(rep, attention, task):
 
 
 def test_accuracy_table_values_bold_and_deltas():
-  rep = report.accuracy_report(RECORDS, "lra", REFERENCE, "RES")
+  rep = accuracy.accuracy_report(RECORDS, "lra", REFERENCE, "RES")
   assert cell(rep, "vanilla", "ListOps") == "37.00 ± 1.00"      # mean ± sample std over seeds 0, 1, 2
   assert cell(rep, "performer", "ListOps") == "20.00"           # one seed: no std
   assert cell(rep, "bigbird", "ListOps") == "no data"
@@ -83,16 +85,16 @@ def test_accuracy_table_values_bold_and_deltas():
 
 
 def test_other_protocols_are_labelled_not_comparable():
-  rep = report.accuracy_report(RECORDS, "smoke", REFERENCE)
+  rep = accuracy.accuracy_report(RECORDS, "smoke", REFERENCE)
   assert "NOT comparable" in rep.ours.caption and rep.delta is None
   assert cell(rep, "vanilla", "ListOps") == "10.00"
 
 
 def test_paper_names():
-  assert report.paper_name("vanilla") == "Transformer"
-  assert report.paper_name("combiner_axial_vertical") == "Combiner-Axial"
-  assert report.paper_name("sparse_fixed") == "Sparse Trans."
-  assert report.paper_name("combiner_mixture") is None
+  assert reference.paper_name("vanilla") == "Transformer"
+  assert reference.paper_name("combiner_axial_vertical") == "Combiner-Axial"
+  assert reference.paper_name("sparse_fixed") == "Sparse Trans."
+  assert reference.paper_name("combiner_mixture") is None
 
 
 BENCH = [bench_record("vanilla", 1024, 2.0, 2 ** 30, 4e9), bench_record("vanilla", 2048, 1.0, 2 ** 32, 16e9),
@@ -101,16 +103,38 @@ BENCH = [bench_record("vanilla", 1024, 2.0, 2 ** 30, 4e9), bench_record("vanilla
 
 
 def test_efficiency_tables_ratios_vs_vanilla():
-  (group,) = report.efficiency_groups(BENCH, REFERENCE_EFF)
+  (group,) = efficiency.efficiency_groups(BENCH, REFERENCE_EFF)
   speed = {r[0]: r[1:] for r in group.speed.rows}
-  assert speed["vanilla"] == ["2.00", "1.00", "compiled only"]
-  assert speed["performer"] == ["4.00 (2.00×)", "OOM", "—"]
+  assert group.speed.columns[-1] == "vs flash"   # no flash records: the column says so
+  assert speed["vanilla"] == ["2.00", "1.00", "compiled only", "no flash records"]
+  assert speed["performer"] == ["4.00 (2.00× vanilla)", "OOM", "—", "no flash records"]
   memory = {r[0]: r[1:] for r in group.memory.rows}
-  assert memory["vanilla"][:2] == ["1.00 GiB", "4.00 GiB"] and memory["performer"][0] == "512 MiB (0.50×)"
+  assert memory["vanilla"][:2] == ["1.00 GiB", "4.00 GiB"] and memory["performer"][0] == "512 MiB (0.50× vanilla)"
   flops = {r[0]: r[1:] for r in group.flops.rows}
   assert flops["vanilla"][2] == "64.0 G"
   published = {r[1]: r[2:] for r in group.published.rows}
   assert published["vanilla"][0] == "1.00×" and published["performer"][3] == f"{8.0 / 1.4:.2f}×"
+
+
+def test_efficiency_ratios_vs_flash():
+  with_flash = BENCH + [bench_record("flash", 1024, 8.0, 2 ** 28, 4e9)]
+  (group,) = efficiency.efficiency_groups(with_flash, REFERENCE_EFF)
+  speed = {r[0]: r[1:] for r in group.speed.rows}
+  assert group.speed.columns[-1] != "vs flash" and list(speed)[:2] == ["vanilla", "flash"]
+  assert speed["performer"][0] == "4.00 (2.00× vanilla, 0.50× flash)"
+  assert speed["vanilla"][:2] == ["2.00 (0.25× flash)", "1.00"]  # no flash point at 2048: no ratio
+  assert speed["flash"][0] == "8.00 (4.00× vanilla)"
+
+
+def test_followups_are_a_separate_table_labelled_by_protocol():
+  table = accuracy.followups_table(reference.load_followups())
+  rows = {r[0]: r for r in table.rows}
+  assert rows["Standard"][1:3] == ["vanilla", "nystromformer (2 layers x 64)"]
+  assert rows["Luna-256"][1] == "luna" and rows["Performer (256)"][1] == "performer"
+  assert "not comparable with LRA Table 1" in table.caption
+  # never merged into the LRA ranking: Nystromformer's row is absent from the published LRA table
+  rep = accuracy.accuracy_report(RECORDS, "lra", REFERENCE)
+  assert all("Nystromformer" not in str(r) for r in rep.published.rows)
 
 
 def test_slope_fit_on_power_laws():
@@ -126,7 +150,7 @@ def test_write_report_files(tmp_path, fast_compile):
   results_dir, out = str(tmp_path / "results"), str(tmp_path / "report")
   for r in RECORDS + BENCH:
     results.append_record(results_dir, r)
-  paths = report.write_report(results_dir, out, attention_names=["vanilla"], command="lra-bench report")
+  paths = report_index.write_report(results_dir, out, attention_names=["vanilla"], command="lra-bench report")
   names = {os.path.basename(p) for p in paths}
   for name in ("index.md", "accuracy_lra.md", "accuracy_lra.csv", "accuracy_lra.tex", "accuracy_smoke.md",
                "efficiency_train_b4_cpu.md", "efficiency_train_b4_cpu.csv", "scaling_train_b4_cpu.png",
@@ -138,20 +162,22 @@ def test_write_report_files(tmp_path, fast_compile):
     index = f.read()
   assert "](scaling_train_b4_cpu.png)" in index and "](attention_patterns.png)" in index
   assert "cpu / cpu × 1" in index and "jax 0.10.2" in index and "`lra`" in index
+  assert "## Published under other protocols (not comparable with LRA Table 1)" in index
 
 
 def test_viz_attention_command(tmp_path, fast_compile):
-  (path,) = commands.viz_attention("vanilla", 16, str(tmp_path / "v.svg"))
+  (path,) = viz.plot_attention("vanilla", str(tmp_path / "v.svg"), 16)
   assert os.path.getsize(path) > 0
   with pytest.raises(ValueError, match="unknown attention 'nope'"):
-    commands.viz_attention("nope", 16, str(tmp_path / "n.png"))
+    viz.plot_attention("nope", str(tmp_path / "n.png"), 16)
+  assert not os.path.exists(tmp_path / "n.png")
 
 
 def test_benchmark_only_results_have_no_accuracy_section(tmp_path, fast_compile):
   results_dir, out = str(tmp_path / "results"), str(tmp_path / "report")
   for r in BENCH:
     results.append_record(results_dir, r)
-  paths = report.write_report(results_dir, out, attention_names=["vanilla"])
+  paths = report_index.write_report(results_dir, out, attention_names=["vanilla"])
   names = {os.path.basename(p) for p in paths}
   assert "efficiency_train_b4_cpu.md" in names and not any(n.startswith("accuracy_") for n in names)
   with open(os.path.join(out, "index.md")) as f:

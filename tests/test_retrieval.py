@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import tasks
-from lra_bench import config as config_lib
-from lra_bench import train
+from lra_bench.experiments import cell
+from lra_bench.training import config as config_lib
 from tasks import text
 
 ROWS = [("1.0", "A1", "B1", "graph parsing " * 3, "dependency graphs"),
@@ -74,6 +74,6 @@ def test_tiny_training_through_the_dual_encoder(tmp_path):
                "eval_every": 2, "checkpoint_every": 2, "log_every": 2, "model.num_layers": 1,
                "model.emb_dim": 16, "model.qkv_dim": 16, "model.mlp_dim": 16, "optimizer.warmup_steps": 1}
   config = config_lib.load_config("smoke", "retrieval", [f"{k}={v}" for k, v in overrides.items()])
-  record = train.run(config, str(tmp_path / "run"), str(tmp_path))
+  record = cell.train_cell(config, str(tmp_path / "run"), str(tmp_path))
   assert record["status"] == "ok", record.get("error")
   assert record["data"]["test"]["num_examples"] == 12 and np.isfinite(record["test_accuracy"])

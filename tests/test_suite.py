@@ -11,7 +11,7 @@ import pytest
 
 import attention_zoo
 from attention_zoo import registry
-from lra_bench import results, suite
+from lra_bench.experiments import results, suite
 from tests.conftest import tiny_overrides
 
 BEHAVIOUR = {"test_interrupt": KeyboardInterrupt}
@@ -42,14 +42,9 @@ class Interrupting(nn.Module):
 
 @pytest.fixture
 def fake_attentions():
-  fakes = {"test_interrupt": Interrupting, "test_failing": Failing}
-  for name, cls in fakes.items():
-    attention_zoo.register_attention(name, FakeConfig)(cls)
-  try:
-    yield list(fakes)
-  finally:
-    for name in fakes:
-      registry._REGISTRY.pop(name, None)
+  with registry.temporary({"test_interrupt": (Interrupting, FakeConfig),
+                           "test_failing": (Failing, FakeConfig)}) as names:
+    yield names
 
 
 def _by_attention(results_dir):
@@ -125,10 +120,10 @@ class OutOfMemory(nn.Module):
     raise RuntimeError("RESOURCE_EXHAUSTED: test_oom: injected out of memory")
 
 
+@pytest.mark.timeout(600)  # threads that must not wait forever
 def test_two_concurrent_suites_never_duplicate(listops_dir, tmp_path):
   """Two suites (threads: flock treats each open() as its own lock holder, like two processes) on one
   results dir and one grid: every cell is run and recorded exactly once."""
-  attention_zoo.register_attention("test_oom", FakeConfig)(OutOfMemory)
   results_dir = str(tmp_path / "results")
   summaries, errors = [], []
 
@@ -139,14 +134,12 @@ def test_two_concurrent_suites_never_duplicate(listops_dir, tmp_path):
     except BaseException as err:  # noqa: BLE001
       errors.append(err)
 
-  try:
+  with registry.temporary({"test_oom": (OutOfMemory, FakeConfig)}):
     threads = [threading.Thread(target=one_suite) for _ in range(2)]
     for t in threads:
       t.start()
     for t in threads:
       t.join(timeout=300)
-  finally:
-    registry._REGISTRY.pop("test_oom", None)
   assert not errors, errors
   records = results.load_records(results_dir)
   assert sorted(r["seed"] for r in records) == [0, 1, 2, 3]

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import tasks
-from lra_bench import config as config_lib
-from lra_bench import models, train
+from lra_bench.experiments import cell
+from lra_bench.training import config as config_lib
+from lra_bench.training import models
 from tasks import image, text
 from tasks.base import import_tf, pixel_inputs_fn
 from tests.tfds_mock import mock_tfds
@@ -104,6 +105,6 @@ def test_tiny_training(tmp_path, task):
                "model.emb_dim": 16, "model.qkv_dim": 16, "model.mlp_dim": 16, "optimizer.warmup_steps": 1}
   config = config_lib.load_config("smoke", task, [f"{k}={v}" for k, v in overrides.items()])
   with mock_tfds(num_examples=8):
-    record = train.run(config, str(tmp_path / "run"), str(tmp_path))
+    record = cell.train_cell(config, str(tmp_path / "run"), str(tmp_path))
   assert record["status"] == "ok", record.get("error")
   assert record["data"]["test"]["num_examples"] == 8

@@ -1,6 +1,8 @@
 """Training: schedule values, a tiny end-to-end run with its record, exact resume after SIGKILL, NaN
 loss, eval of partial batches, and the results file."""
 
+import dataclasses
+import functools
 import json
 import os
 import signal
@@ -8,12 +10,16 @@ import subprocess
 import sys
 import time
 
+import flax.linen as nn
 import jax
 import numpy as np
 import pytest
 
-from lra_bench import config as config_lib
-from lra_bench import results, train
+import attention_zoo
+from attention_zoo import registry
+from lra_bench.experiments import cell, results
+from lra_bench.training import config as config_lib
+from lra_bench.training import loop, optim, steps
 from tests.conftest import tiny_overrides
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,7 +31,7 @@ def tiny_config(**extra):
 
 def test_lra_rsqrt_schedule_values():
   opt = config_lib.load_config("lra", "listops").optimizer
-  lr = train.learning_rate_schedule(opt)
+  lr = optim.learning_rate_schedule(opt)
   assert float(lr(0)) == 0.0
   np.testing.assert_allclose(float(lr(500)), 0.05 * 0.5 / np.sqrt(1000), rtol=1e-6)
   np.testing.assert_allclose(float(lr(1000)), 1.58e-3, rtol=1e-2)   # LRA ListOps peak
@@ -34,22 +40,22 @@ def test_lra_rsqrt_schedule_values():
 
 def test_cosine_schedule_values():
   opt = config_lib.load_config("lra", "listops", [
-      "optimizer.schedule='constant * linear_warmup * cosine_decay'", "optimizer.learning_rate=1e-3",
+      "optimizer.schedule=constant * linear_warmup * cosine_decay", "optimizer.learning_rate=1e-3",
       "optimizer.warmup_steps=10", "optimizer.steps_per_cycle=100"]).optimizer
-  lr = train.learning_rate_schedule(opt)
+  lr = optim.learning_rate_schedule(opt)
   expected = [5e-4, 1e-3, 5e-4, 1e-3 * 0.5 * (1 + np.cos(0.9 * np.pi)), 1e-3]  # LRA's cosine is cyclic:
   np.testing.assert_allclose([float(lr(s)) for s in (5, 10, 60, 100, 110)], expected, atol=1e-9)  # restarts
 
 
 def test_pad_batch_counts_every_example_once():
   batch = {"inputs": np.ones((3, 4), np.int32), "targets": np.arange(3, dtype=np.int32)}
-  padded = train.pad_batch(batch, 8)
+  padded = loop.pad_batch(batch, 8)
   assert padded["inputs"].shape == (8, 4) and padded["weights"].tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
 
 
 def test_end_to_end_record(listops_dir, tmp_path):
   results_dir = str(tmp_path / "results")
-  record = train.run(tiny_config(), str(tmp_path / "run"), listops_dir, results_dir)
+  record = cell.train_cell(tiny_config(), str(tmp_path / "run"), listops_dir, results_dir)
   assert record["status"] == "ok", record["error"]
   for field in results.FIELDS:
     assert field in record
@@ -63,7 +69,7 @@ def test_end_to_end_record(listops_dir, tmp_path):
     assert json.load(f)["test_accuracy"] == record["test_accuracy"]
   assert os.listdir(tmp_path / "run" / "tensorboard")
   # A rerun of a finished run neither retrains nor duplicates the record.
-  again = train.run(tiny_config(), str(tmp_path / "run"), listops_dir, results_dir)
+  again = cell.train_cell(tiny_config(), str(tmp_path / "run"), listops_dir, results_dir)
   assert again["test_accuracy"] == record["test_accuracy"]
   assert len(results.load_records(results_dir)) == 1
 
@@ -76,11 +82,12 @@ def _restore_last_params(workdir):
   return restored["state"]["params"]
 
 
+@pytest.mark.timeout(900)
 def test_killed_run_resumes_exactly(listops_dir, tmp_path):
   """SIGKILL a run after its first checkpoint; rerunning the command ends where an uninterrupted run ends."""
   overrides = tiny_overrides(num_train_steps=400, eval_every=100, checkpoint_every=20, log_every=20)
   config = config_lib.load_config("smoke", "listops", overrides)
-  reference = train.run(config, str(tmp_path / "straight"), listops_dir)
+  reference = cell.train_cell(config, str(tmp_path / "straight"), listops_dir)
   assert reference["status"] == "ok"
 
   workdir = str(tmp_path / "killed")
@@ -99,7 +106,7 @@ def test_killed_run_resumes_exactly(listops_dir, tmp_path):
   killed_at = max(int(d) for d in os.listdir(last_dir) if d.isdigit())
   assert killed_at < 400
 
-  resumed = train.run(config, workdir, listops_dir)
+  resumed = cell.train_cell(config, workdir, listops_dir)
   assert resumed["status"] == "ok"
   for key in ("test_accuracy", "test_accuracy_last", "best_val_accuracy", "best_step", "train_steps"):
     assert resumed[key] == reference[key], key
@@ -109,14 +116,14 @@ def test_killed_run_resumes_exactly(listops_dir, tmp_path):
 
 
 def test_nan_loss_stops_with_a_clear_failed_record(listops_dir, tmp_path):
-  record = train.run(tiny_config(**{"optimizer.learning_rate": 1e30, "optimizer.warmup_steps": 1}),
+  record = cell.train_cell(tiny_config(**{"optimizer.learning_rate": 1e30, "optimizer.warmup_steps": 1}),
                      str(tmp_path / "nan"), listops_dir)
   assert record["status"] == "failed"
   assert "loss became nan" in record["error"].lower() and "learning_rate" in record["error"]
 
 
 def test_missing_data_is_a_no_data_record_with_the_fix(tmp_path):
-  record = train.run(tiny_config(), str(tmp_path / "run"), str(tmp_path / "empty"))
+  record = cell.train_cell(tiny_config(), str(tmp_path / "run"), str(tmp_path / "empty"))
   assert record["status"] == "no_data"
   assert "tiny_train.tsv" in record["error"]
   assert f"lra-bench data prepare listops --protocol smoke --data_dir {tmp_path / 'empty'}" in record["error"]
@@ -124,14 +131,15 @@ def test_missing_data_is_a_no_data_record_with_the_fix(tmp_path):
 
 @pytest.mark.parametrize("override, message", [
     ("model.no_such_key=1", "unknown config key 'model.no_such_key'"),
-    ("model.attention='nope'", "unknown attention 'nope'"),
+    ("model.attention=nope", "unknown attention 'nope'"),
+    ("batch_size=eight", "bad value for 'batch_size'"),
     ("model.attention_kwargs.nope=1", "no config field"),
-    ("optimizer.schedule='constant * warp'", None),
+    ("optimizer.schedule=constant * warp", None),
 ])
 def test_bad_config_keys_fail_clearly(override, message):
   if message is None:
     with pytest.raises(config_lib.ConfigError, match="unknown schedule factor"):
-      train.learning_rate_schedule(config_lib.load_config("smoke", "listops", [override]).optimizer)
+      optim.learning_rate_schedule(config_lib.load_config("smoke", "listops", [override]).optimizer)
   else:
     with pytest.raises(config_lib.ConfigError, match=message):
       config_lib.load_config("smoke", "listops", [override])
@@ -146,3 +154,64 @@ def test_results_file_is_append_only_and_skips_bad_lines(tmp_path):
     f.write('{"truncated": \n')
   records = results.load_records(str(tmp_path))
   assert len(records) == 1 and records[0]["test_accuracy"] is None
+
+
+def test_overrides_are_parsed_by_the_type_of_their_field():
+  c = config_lib.load_config("smoke", "listops", [
+      "precision=bfloat16", "batch_size=8", "optimizer.learning_rate=1", "data.options.name='tiny'",
+      "model.attention_kwargs.nb_features=32", "data.options.limit=100"], attention="performer", seed=3)
+  assert (c.precision, c.batch_size, c.data.options.name, c.seed) == ("bfloat16", 8, "tiny", 3)
+  assert isinstance(c.optimizer.learning_rate, float) and c.optimizer.learning_rate == 1.0
+  assert c.model.attention_kwargs.nb_features == 32 and c.data.options.limit == 100
+  # The attention and the seed are values, never formatted into an override and parsed back.
+  assert config_lib.load_config("smoke", "listops", attention="axial").model.attention == "axial"
+
+
+class _ScaledIdentity(nn.Module):
+  """A core that returns ``scale * value`` and sows ``penalty * scale**2`` into ``losses`` (if > 0)."""
+
+  config: "_PenaltyConfig"
+
+  @nn.compact
+  def __call__(self, query, key, value, mask=None, deterministic=True):
+    scale = self.param("scale", nn.initializers.ones, ())
+    if self.config.penalty:
+      self.sow("losses", "penalty", self.config.penalty * scale ** 2)
+    return value * scale
+
+
+@dataclasses.dataclass(frozen=True)
+class _PenaltyConfig(attention_zoo.AttentionConfig):
+  penalty: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _PenaltyFiveConfig(_PenaltyConfig):
+  penalty: float = 5.0
+
+
+def test_sown_losses_are_added_to_the_training_loss():
+  """A core's sown ``losses`` add to the loss and its gradient; nothing sown = the plain cross-entropy."""
+  import tasks
+
+  batch = {"inputs": np.arange(1, 17, dtype=np.int32).reshape(2, 8) % 10 + 1,
+           "targets": np.array([1, 3], np.int32)}
+  out = {}
+  with registry.temporary({"test_plain": (_ScaledIdentity, _PenaltyConfig),
+                           "test_penalty": (_ScaledIdentity, _PenaltyFiveConfig)}):
+    for name in ("test_plain", "test_penalty"):
+      config = config_lib.load_config("smoke", "listops", tiny_overrides(**{"model.dropout_rate": 0.0}),
+                                      attention=name)
+      model = steps.create_model(config, tasks.get_task("listops"))
+      tx = optim.make_optimizer(config.optimizer)
+      state = steps.init_state(config, model, tx, batch)
+      assert "losses" not in state.model_state
+      _, metrics = jax.jit(functools.partial(steps.train_step, model=model, tx=tx))(state, batch)
+      sums = steps.eval_step(state.params, state.model_state, dict(batch, weights=np.ones(2, np.float32)),
+                             model=model)
+      out[name] = (float(metrics["loss"]), float(sums["loss"]) / 2, float(metrics["grad_norm"]))
+  plain, penalty = out["test_plain"], out["test_penalty"]
+  assert plain[0] == pytest.approx(plain[1], rel=1e-6)             # no aux loss: the cross-entropy
+  assert penalty[0] - plain[0] == pytest.approx(5.0 * 1, rel=1e-6)  # + 5 * scale**2 per layer (1 layer)
+  assert penalty[1] == pytest.approx(plain[1], rel=1e-6)           # evaluation collects no aux loss
+  assert penalty[2] > max(plain[2], 9.0)  # d(5 scale^2)/d scale = 10 joins the gradient (norm ~10.6 vs ~3.6)

@@ -1,6 +1,7 @@
 """The shared LRA encoder and classifier heads; the attention core comes from the registry by name.
 
-Matches the LRA Transformer (research/lra_official.md §1): token embedding N(0, 1), sinusoidal or learned
+Matches the Transformer of google-research/long-range-arena (``lra_benchmarks/models/transformer``,
+its ``layers/common_layers.py`` and ``classifier_head``): token embedding N(0, 1), sinusoidal or learned
 (N(0, 0.02)) positions, optional learned CLS vector prepended, pre-LN blocks [LN -> multi-head attention
 -> dropout -> residual; LN -> Dense -> GELU -> dropout -> Dense -> dropout -> residual], final LayerNorm,
 pooling (CLS / MEAN / SUM / MAX), head Dense(mlp) -> ReLU -> Dense(classes). Two-input tasks share one
@@ -22,7 +23,6 @@ import attention_zoo
 
 POOLINGS = ("CLS", "MEAN", "SUM", "MAX")
 POSITIONS = ("sinusoidal", "learned", "none")
-INPUT_KINDS = ("tokens", "pixels")
 
 
 def sinusoidal_positions(length: int, dim: int, max_scale: float = 10_000.0) -> np.ndarray:
@@ -95,18 +95,15 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, inputs, deterministic: bool):
     c = self.config
-    kind = c.get("input_kind", "tokens")
-    if kind == "tokens":
+    if c.get("input_kind", "tokens") == "pixels":  # the kind was checked by training.config.validate
+      mask = jnp.ones(inputs.shape, bool)
+      x = nn.Dense(c.emb_dim, dtype=self.dtype, name="pixel_projection")(inputs[..., None].astype(self.dtype))
+    else:
       if not jnp.issubdtype(inputs.dtype, jnp.integer):
         raise TypeError(f"model.input_kind='tokens' needs integer inputs, got {inputs.dtype}")
       mask = inputs > 0
       x = nn.Embed(self.vocab_size, c.emb_dim, embedding_init=nn.initializers.normal(1.0),
                    name="embed")(inputs).astype(self.dtype)
-    elif kind == "pixels":
-      mask = jnp.ones(inputs.shape, bool)
-      x = nn.Dense(c.emb_dim, dtype=self.dtype, name="pixel_projection")(inputs[..., None].astype(self.dtype))
-    else:
-      raise ValueError(f"unknown model.input_kind {kind!r}; expected one of {INPUT_KINDS}")
     if c.pooling == "CLS":
       cls = self.param("cls", nn.initializers.zeros, (1, 1, c.emb_dim))
       x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, c.emb_dim)).astype(self.dtype), x], 1)

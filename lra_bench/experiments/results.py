@@ -1,5 +1,7 @@
-"""The result record (ARCHITECTURE.md, CONTRACT 3): one JSON object per finished or failed run.
+"""The result record (docs/ARCHITECTURE.md, "The record"): one JSON object per finished or failed run.
 
+This module is the only place records are built (``train_record``, ``bench_record``, both through
+``make_record``), read and written.
 Records are appended to ``<results_dir>/results.jsonl`` under an exclusive file lock, and written as
 ``<workdir>/result.json``; both writes are atomic (no reader ever sees half a record). A record whose
 run (task, attention, protocol, seed, config hash) already has a terminal record is not appended twice.
@@ -17,6 +19,10 @@ import platform
 import subprocess
 import tempfile
 from typing import Any, Iterable, Iterator
+
+import ml_collections
+
+from lra_bench.training.config import config_hash
 
 STATUSES = ("ok", "failed", "oom", "no_data")
 TERMINAL = ("ok", "oom", "no_data")  # a suite does not rerun these; "failed" runs are retried
@@ -125,13 +131,6 @@ def append_record(results_dir: str, record: dict[str, Any]) -> bool:
   return True
 
 
-def terminal_record(results_dir: str, key: tuple) -> dict[str, Any] | None:
-  for record in load_records(results_dir):
-    if run_key(record) == key and record.get("status") in TERMINAL:
-      return record
-  return None
-
-
 def latest_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
   """One record per run (``run_key``): its ``ok`` record if it has one, else its latest record.
 
@@ -183,7 +182,7 @@ def device_info() -> dict[str, Any]:
 
 
 def make_record(**fields: Any) -> dict[str, Any]:
-  """A record with every CONTRACT 3 field present (missing ones null) plus any extra fields given."""
+  """A record with every ``FIELDS`` entry present (missing ones null) plus any extra fields given."""
   record = {name: None for name in FIELDS}
   record.update(versions=versions(), git_sha=git_sha(), **device_info())
   record.update(fields)
@@ -192,5 +191,24 @@ def make_record(**fields: Any) -> dict[str, Any]:
   return record
 
 
-def records_by_status(records: Iterable[dict[str, Any]], status: str) -> list[dict[str, Any]]:
-  return [r for r in records if r.get("status") == status]
+
+def train_record(config: ml_collections.ConfigDict, status: str, *, workdir: str, data_dir: str,
+                 **fields: Any) -> dict[str, Any]:
+  """The record of one training run of ``config`` (``fields``: its measurements, or its ``error``)."""
+  return make_record(status=status, task=config.task, attention=config.model.attention,
+                     protocol=config.protocol, seed=config.seed, max_length=config.data.max_length,
+                     batch_size=config.batch_size, config=config.to_dict(), config_hash=config_hash(config),
+                     workdir=os.path.abspath(workdir), data_dir=os.path.abspath(data_dir), **fields)
+
+
+def bench_key_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The identifying fields of a benchmark point (``run_key`` reads them)."""
+  return dict(kind="bench", task=config.task, attention=config.model.attention, protocol=config.protocol,
+              seed=config.seed, max_length=config.data.max_length, batch_size=config.batch_size,
+              mode=config.bench.mode, compile_only=config.bench.compile_only, config=config.to_dict(),
+              config_hash=config_hash(config))
+
+
+def bench_record(config: ml_collections.ConfigDict, **measurements: Any) -> dict[str, Any]:
+  """The record of one benchmark point (``measurements`` include its ``status``)."""
+  return make_record(**bench_key_fields(config), **measurements)

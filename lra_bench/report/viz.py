@@ -1,7 +1,8 @@
-"""Effective attention matrices of the registered cores (the identity probe of CONTRACT 1).
+"""Effective attention matrices of the registered cores (the identity probe; docs/ARCHITECTURE.md, "The core").
 
 Every core is linear in ``value``, so with one head and ``value = eye(L)`` its output *is* the matrix P
-[L, L] it applies to the values: row i holds the weights query i gives every key. The queries and keys
+[L, L] it applies to the values: row i holds the weights query i gives every key. ``effective_matrix``
+is the one probe: the report's heatmaps and the attention tests (``tests/attention_probe.py``) use it. The queries and keys
 are random (seeded), so the picture shows the core's sparsity pattern and how it spreads weight.
 
   lra-bench viz attention combiner_fixed --length 64 --out combiner_fixed.png
@@ -18,6 +19,32 @@ import numpy as np
 import attention_zoo
 
 
+def init_and_apply(core, q, k, v, mask=None, *, deterministic=True, seed=0, variables=None):
+  """Initializes ``core`` on these inputs (unless ``variables`` is given) and applies it; (out, variables).
+
+  Streams: ``params`` key(seed), ``dropout`` key(seed + 1), ``attention`` key(seed + 2).
+  """
+  import jax
+
+  rngs = {"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1),
+          "attention": jax.random.key(seed + 2)}
+  if variables is None:
+    variables = core.init(rngs, q, k, v, mask=mask, deterministic=True)
+  out = core.apply(variables, q, k, v, mask=mask, deterministic=deterministic,
+                   rngs={"dropout": rngs["dropout"], "attention": rngs["attention"]}, mutable=False)
+  return out, variables
+
+
+def effective_matrix(core, q, k, mask=None, variables=None, seed=0) -> np.ndarray:
+  """P [B, L, L] of ``core`` for one-head ``q, k`` [B, L, 1, D]: its output for ``value = eye(L)``."""
+  import jax.numpy as jnp
+
+  batch, length = q.shape[:2]
+  eye = jnp.broadcast_to(jnp.eye(length, dtype=q.dtype)[None, :, None, :], (batch, length, 1, length))
+  out, _ = init_and_apply(core, q, k, eye, mask, variables=variables, seed=seed)
+  return np.asarray(out[:, :, 0, :])
+
+
 def effective_attention(name: str, length: int = 64, *, head_dim: int = 16, seed: int = 0,
                         scale: float = 0.5, **overrides) -> np.ndarray:
   """P [L, L] of core ``name`` (default config + ``overrides``) for one random head.
@@ -26,18 +53,11 @@ def effective_attention(name: str, length: int = 64, *, head_dim: int = 16, seed
   pair a core lets interact gets visible weight, so the picture shows the core's support.
   """
   import jax
-  import jax.numpy as jnp
 
-  core = attention_zoo.create_attention(name, **overrides)
-  kq, kk, kp = jax.random.split(jax.random.key(seed), 3)
+  kq, kk, _ = jax.random.split(jax.random.key(seed), 3)  # the queries and keys of earlier reports
   q = scale * jax.random.normal(kq, (1, length, 1, head_dim))
   k = scale * jax.random.normal(kk, (1, length, 1, head_dim))
-  eye = jnp.eye(length, dtype=q.dtype)[None, :, None, :]   # value [B=1, L, H=1, V=L]
-  rngs = {"params": kp, "dropout": jax.random.fold_in(kp, 1), "attention": jax.random.fold_in(kp, 2)}
-  variables = core.init(rngs, q, k, eye, mask=None, deterministic=True)
-  out = core.apply(variables, q, k, eye, mask=None, deterministic=True,
-                   rngs={"dropout": rngs["dropout"], "attention": rngs["attention"]}, mutable=False)
-  return np.asarray(out[0, :, 0, :])
+  return effective_matrix(attention_zoo.create_attention(name, **overrides), q, k, seed=seed)[0]
 
 
 def _draw(ax, matrix: np.ndarray, title: str):
@@ -58,7 +78,7 @@ def _draw(ax, matrix: np.ndarray, title: str):
 
 def plot_attention(name: str, out: str, length: int = 64, seed: int = 0) -> list[str]:
   """Writes the heatmap of one core to ``out`` (its extension picks the format); returns the paths."""
-  from lra_bench import plots
+  from lra_bench.report import plots
 
   plt = plots.pyplot()
   matrix = effective_attention(name, length, seed=seed)
@@ -73,7 +93,7 @@ def plot_attention(name: str, out: str, length: int = 64, seed: int = 0) -> list
 def plot_attention_grid(names: Sequence[str], out_stem: str, length: int = 64,
                         seed: int = 0) -> tuple[list[str], dict[str, str]]:
   """One panel per core in a grid; returns (paths, {name: error} for cores that could not be probed)."""
-  from lra_bench import plots
+  from lra_bench.report import plots
 
   plt = plots.pyplot()
   matrices, errors = {}, {}

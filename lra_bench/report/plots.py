@@ -15,6 +15,7 @@ def pyplot():
   import matplotlib
 
   matplotlib.use("Agg", force=True)
+  matplotlib.rcParams["svg.hashsalt"] = "lra-bench"  # the same figure gives the same SVG (ids included)
   import matplotlib.pyplot as plt
 
   return plt

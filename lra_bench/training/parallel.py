@@ -22,11 +22,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from lra_bench.config import ConfigError
+from lra_bench.training.config import PARAM_SHARDINGS, ConfigError
 
 DATA = "data"  # the mesh axis batches are split over
-PARAM_SHARDINGS = ("replicated", "fsdp")
-PRECISIONS = ("float32", "bfloat16")  # compute dtype; parameters, softmax, norms and the loss stay float32
 # Arrays smaller than this stay replicated under "fsdp" (biases, norms, step counters, keys): splitting
 # them saves nothing and costs a collective each.
 FSDP_MIN_SIZE = 2 ** 14
@@ -82,17 +80,6 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   logging.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
   return True
-
-
-def check_config(config) -> None:
-  """The scale-out fields of a config (what can be checked without knowing the devices)."""
-  if config.precision not in PRECISIONS:
-    raise ConfigError(f"unknown precision {config.precision!r}; expected one of {PRECISIONS}")
-  if config.param_sharding not in PARAM_SHARDINGS:
-    raise ConfigError(f"unknown param_sharding {config.param_sharding!r}; expected one of {PARAM_SHARDINGS}")
-  if config.accumulate_steps < 1 or config.batch_size % config.accumulate_steps:
-    raise ConfigError(f"batch_size {config.batch_size} is not a positive multiple of accumulate_steps "
-                      f"{config.accumulate_steps}")
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -158,7 +145,3 @@ def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Arra
   sharding = batch_sharding(mesh)
   return {key: jax.make_array_from_process_local_data(sharding, value) for key, value in local.items()}
 
-
-def shard_count(num_examples: int, num_shards: int, index: int) -> int:
-  """How many of ``num_examples`` the tf.data ``shard(num_shards, index)`` keeps."""
-  return len(range(index, num_examples, num_shards))

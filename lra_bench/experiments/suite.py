@@ -2,19 +2,19 @@
 
 Each cell trains in its own workdir ``<results_dir>/runs/<protocol>/<task>/<attention>/seed<k>_<hash>``
 (the config hash keeps runs of different overrides apart) and ends as one record in
-``<results_dir>/results.jsonl`` (``train.run``).
+``<results_dir>/results.jsonl`` (``cell.train_cell``).
 
 - Done cells (an ``ok`` or ``oom`` record for the same config) are skipped; ``no_data`` cells are retried
   (the data may have been prepared since) and so are ``failed`` ones unless ``retry_failed=False``.
 - A killed suite resumes where it stopped: the interrupted cell resumes from its checkpoint.
 - A failing cell (error, NaN, OOM, missing data) becomes a record with its status and reason; the suite
-  moves on.
+  moves on (``cell.outcome`` decides the status).
 - Two suites on one results dir never run a cell twice: a cell is claimed with a non-blocking ``flock``
   on ``<results_dir>/locks/...`` (released by the OS if the process dies) and its record is re-checked
   after the claim; ``results.append_record`` serializes the writes.
 - Tasks the protocol has no config for are skipped with a log line (no record: there is no config).
 - Cells run in this process by default (no per-cell import/startup cost; failures are caught by
-  ``train.run``); ``isolate=True`` runs each cell in a fresh ``lra-bench train`` subprocess instead.
+  ``cell.train_cell``); ``isolate=True`` runs each cell in a fresh ``lra-bench train`` subprocess instead.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import json
 import logging
 import os
 import subprocess
@@ -33,11 +34,10 @@ import ml_collections
 
 import attention_zoo
 import tasks as tasks_lib
-from lra_bench import config as config_lib
-from lra_bench import results
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DONE = ("ok", "oom")
+from lra_bench import REPO_ROOT
+from lra_bench.experiments import cell as cell_lib
+from lra_bench.experiments import results
+from lra_bench.training import config as config_lib
 
 
 @dataclasses.dataclass
@@ -94,8 +94,7 @@ def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str
       continue
     for attention in attention_names:
       for seed in seeds:
-        config = config_lib.load_config(
-            protocol, task, [f"model.attention={attention!r}", f"seed={seed}", *overrides])
+        config = config_lib.load_config(protocol, task, overrides, attention=attention, seed=seed)
         workdir = os.path.join(os.path.abspath(results_dir), "runs", protocol, task, attention,
                                f"seed{seed}_{config_lib.config_hash(config)}")
         cells.append(Cell(task, attention, seed, config, workdir))
@@ -153,11 +152,9 @@ def _cell_logging(workdir: str) -> Iterator[None]:
 def _run_in_process(cell: Cell, data_dir: str, results_dir: str, force: bool) -> dict:
   import jax
 
-  from lra_bench import train
-
   with _cell_logging(cell.workdir):
     try:
-      return train.run(cell.config, cell.workdir, data_dir, results_dir, force=force)
+      return cell_lib.train_cell(cell.config, cell.workdir, data_dir, results_dir, force=force)
     finally:
       jax.clear_caches()  # compiled executables of this cell are not needed by the next one
 
@@ -174,8 +171,6 @@ def _run_subprocess(cell: Cell, data_dir: str, results_dir: str, force: bool,
     proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
   path = os.path.join(cell.workdir, "result.json")
   if os.path.exists(path):
-    import json
-
     with open(path) as f:
       record = json.load(f)
     if record.get("config_hash") == config_lib.config_hash(cell.config):
@@ -183,16 +178,12 @@ def _run_subprocess(cell: Cell, data_dir: str, results_dir: str, force: bool,
   # The process died before it could write a record (crash, signal): record that, with the log's tail.
   with open(os.path.join(cell.workdir, "train.log"), errors="replace") as f:
     tail = f.read()[-1500:]
-  status = "oom" if proc.returncode == -9 else "failed"
-  return _failure_record(cell, status, f"subprocess exited with {proc.returncode}:\n{tail}", results_dir)
+  return _failure_record(cell, *cell_lib.subprocess_outcome(proc.returncode, tail), data_dir, results_dir)
 
 
-def _failure_record(cell: Cell, status: str, error: str, results_dir: str) -> dict:
-  record = results.make_record(
-      status=status, error=error[:2000], task=cell.task, attention=cell.attention,
-      protocol=cell.config.protocol, seed=cell.seed, max_length=cell.config.data.max_length,
-      batch_size=cell.config.batch_size, config=cell.config.to_dict(),
-      config_hash=config_lib.config_hash(cell.config), workdir=os.path.abspath(cell.workdir))
+def _failure_record(cell: Cell, status: str, error: str, data_dir: str, results_dir: str) -> dict:
+  record = results.train_record(cell.config, status, error=error[:cell_lib.MAX_ERROR_CHARS],
+                                workdir=cell.workdir, data_dir=data_dir)
   results.write_json_atomic(os.path.join(cell.workdir, "result.json"), record)
   results.append_record(results_dir, record)
   return record
@@ -207,12 +198,9 @@ def run_cell(cell: Cell, data_dir: str, results_dir: str, *, force: bool = False
     return _run_in_process(cell, data_dir, results_dir, force)
   except (KeyboardInterrupt, SystemExit):
     raise
-  except BaseException as err:  # noqa: BLE001 - train.run records its own failures; this is the rest
-    from lra_bench import train
-
+  except BaseException as err:  # noqa: BLE001 - train_cell records its own failures; this is the rest
     logging.exception("suite: cell %s failed outside the training loop", cell.name)
-    status = "oom" if train.is_oom(err) else "failed"
-    return _failure_record(cell, status, f"{type(err).__name__}: {err}", results_dir)
+    return _failure_record(cell, *cell_lib.outcome(err), data_dir, results_dir)
 
 
 def failure_line(name: str, record: dict) -> str:

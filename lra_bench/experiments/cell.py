@@ -1,0 +1,106 @@
+"""One run -> one record, and the failure policy of every run in one place.
+
+``train_cell(config, workdir, data_dir, results_dir)`` trains one config and writes its record to
+``<workdir>/result.json`` (and appends it to ``<results_dir>/results.jsonl``); whatever goes wrong
+becomes a record too, never half a record. ``outcome(err)`` is the failure policy the suite and the
+benchmark use as well:
+
+- ``no_data``: the task's data is missing (``tasks.MissingDataError``); the error names the command
+  that prepares it;
+- ``oom``: the device (or host) ran out of memory; for a benchmark point, a worker killed by SIGKILL;
+- ``failed``: anything else (NaN loss, bad data, a config the devices cannot take, a timeout, a bug).
+
+``KeyboardInterrupt`` and ``SystemExit`` are never records: they propagate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import traceback
+from typing import Any
+
+import jax
+import ml_collections
+
+import tasks as tasks_lib
+from lra_bench.experiments import results
+from lra_bench.training import config as config_lib
+from lra_bench.training import loop, xla_stats
+
+MAX_ERROR_CHARS = 2000
+
+
+def outcome(err: BaseException) -> tuple[str, str]:
+  """(status, message) of a failed run: ``oom`` or ``failed`` (``no_data`` is ``missing_data``'s).
+
+  Errors whose message is written for the user (training, data, config) keep it as is; any other
+  error is prefixed with its type.
+  """
+  status = "oom" if xla_stats.is_oom(err) else "failed"
+  clear = isinstance(err, (loop.TrainingError, tasks_lib.DataError, config_lib.ConfigError))
+  message = str(err) if clear else f"{type(err).__name__}: {err}"
+  return status, message.strip()[:MAX_ERROR_CHARS]
+
+
+def missing_data(err: tasks_lib.MissingDataError, config: ml_collections.ConfigDict, data_dir: str) -> str:
+  """The ``no_data`` message: what is missing and the command that prepares it for this protocol."""
+  fix = (f"lra-bench data prepare {config.task} --protocol {config.protocol} "
+         f"--data_dir {os.path.abspath(data_dir)}")
+  return str(err).split("\n")[0] + f"\nPrepare it for protocol {config.protocol!r} with:\n  {fix}"
+
+
+def subprocess_outcome(returncode: int, stderr_tail: str) -> tuple[str, str]:
+  """(status, message) of a worker process that died without writing its result."""
+  if returncode == -9:  # SIGKILL: almost always the kernel's OOM killer
+    return "oom", f"worker killed by SIGKILL (host out of memory?)\n{stderr_tail}"
+  return "failed", f"worker exited with {returncode}\n{stderr_tail}"
+
+
+def previous_record(workdir: str, config: ml_collections.ConfigDict) -> dict[str, Any] | None:
+  """The terminal record ``<workdir>/result.json`` holds for this very config, if any."""
+  path = os.path.join(workdir, "result.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    previous = json.load(f)
+  if previous.get("config_hash") == config_lib.config_hash(config) and previous.get("status") in results.TERMINAL:
+    return previous
+  return None
+
+
+def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
+               results_dir: str | None = None, force: bool = False) -> dict[str, Any]:
+  """Runs one training config and writes its record; failures become records too.
+
+  A workdir whose ``result.json`` already holds a terminal record for the same config is not rerun
+  (unless ``force``); an interrupted run resumes from its checkpoint.
+  """
+  os.makedirs(workdir, exist_ok=True)
+  previous = None if force else previous_record(workdir, config)
+  if previous is not None:
+    logging.info("%s already holds a %r result for this config; not rerunning", workdir, previous["status"])
+    if results_dir:
+      results.append_record(results_dir, previous)
+    return previous
+  if force:
+    shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
+  where = dict(workdir=workdir, data_dir=data_dir)
+  try:
+    record = results.train_record(config, "ok", **where, **loop.train_and_evaluate(config, workdir, data_dir))
+  except tasks_lib.MissingDataError as err:
+    record = results.train_record(config, "no_data", error=missing_data(err, config, data_dir), **where)
+  except (KeyboardInterrupt, SystemExit):
+    raise
+  except BaseException as err:  # noqa: BLE001 - every failure becomes a record
+    with open(os.path.join(workdir, "error.log"), "w") as f:
+      f.write(traceback.format_exc())
+    status, message = outcome(err)
+    record = results.train_record(config, status, error=message, **where)
+  if jax.process_index() == 0:
+    results.write_json_atomic(os.path.join(workdir, "result.json"), record)
+    if results_dir:
+      results.append_record(results_dir, record)
+  return record

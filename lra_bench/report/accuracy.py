@@ -1,0 +1,270 @@
+"""The accuracy tables: ours (mean ± std over seeds), the published numbers, the deltas, and one note
+per empty cell with its reason and the command that fills it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+import attention_zoo
+import tasks as tasks_lib
+from lra_bench.experiments import results
+from lra_bench.report.reference import (AVG_TASKS, FOLLOWUP_NAMES, REFERENCE_COLUMN, TASK_ORDER, TASK_TITLES,
+                                        comparable, number, paper_name, reference_accuracy)
+from lra_bench.report.tables import Table
+from lra_bench.training import config as config_lib
+
+
+def report_tasks(records: Iterable[dict]) -> list[str]:
+  """Columns: the LRA tasks in paper order (Path-X only if registered or run), then any other task."""
+  seen = {r["task"] for r in records}
+  known = set(tasks_lib.list_tasks()) | seen
+  columns = [t for t in TASK_ORDER[:5]] + [t for t in TASK_ORDER[5:] if t in known]
+  return columns + sorted(known - set(columns))
+
+
+def report_attentions(records: Iterable[dict]) -> list[str]:
+  """Rows: every registered attention plus any that has records; vanilla first."""
+  names = set(attention_zoo.list_attentions()) | {r["attention"] for r in records}
+  return sorted(names, key=lambda n: (n != "vanilla", n))
+
+
+def _fix_command(protocol: str, task: str, attention: str, seeds: Sequence[int], results_dir: str) -> str:
+  return shlex.join(["lra-bench", "suite", "--protocol", protocol, "--tasks", task, "--attentions",
+                     attention, "--seeds", ",".join(map(str, seeds)), "--results_dir", results_dir])
+
+
+def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "RESULTS_DIR",
+                   attentions: Sequence[str] | None = None,
+                   task_names: Sequence[str] | None = None) -> pd.DataFrame:
+  """One row per (attention, task): seeds, mean/std test accuracy (%), status, error, fix command.
+
+  Uses the latest record of each run; when a cell was run under several configs (overrides), the
+  config with the most ``ok`` seeds (then the latest) is used and the others are counted in ``ignored``.
+  """
+  train_records = [r for r in results.latest_records(records)
+                   if r.get("kind", "train") == "train" and r.get("protocol") == protocol]
+  attentions = attentions or report_attentions(train_records)
+  task_names = task_names or report_tasks(train_records)
+  seeds_used = sorted({r["seed"] for r in train_records}) or [0]
+  rows = []
+  for attention in attentions:
+    for task in task_names:
+      mine = [r for r in train_records if r["attention"] == attention and r["task"] == task]
+      by_hash: dict[str, list[dict]] = {}
+      for r in mine:
+        by_hash.setdefault(r.get("config_hash"), []).append(r)
+      chosen: list[dict] = []
+      if by_hash:
+        chosen = max(by_hash.values(), key=lambda rs: (sum(r["status"] == "ok" for r in rs),
+                                                        max(mine.index(r) for r in rs)))
+      ok = [r for r in chosen if r["status"] == "ok" and r.get("test_accuracy") is not None]
+      accs = np.asarray([100.0 * r["test_accuracy"] for r in ok])
+      row = {"protocol": protocol, "attention": attention, "model": paper_name(attention), "task": task,
+             "n": len(ok), "seeds": ",".join(str(r["seed"]) for r in sorted(ok, key=lambda r: r["seed"])),
+             "mean": float(accs.mean()) if len(ok) else None,
+             "std": float(accs.std(ddof=1)) if len(ok) > 1 else None,
+             "ignored": len(mine) - len(chosen), "status": "ok" if ok else None, "error": None, "fix": None}
+      if not ok:
+        failed = [r for r in chosen if r["status"] != "ok"]
+        last = failed[-1] if failed else None
+        row["status"] = last["status"] if last else "missing"
+        row["error"] = (last.get("error") or "").strip() if last else None
+        fix = _fix_command(protocol, task, attention, seeds_used, results_dir)
+        if last and last["status"] == "no_data":
+          prepare = re.search(r"lra-bench data prepare [^\n]*", row["error"] or "")
+          fix = (prepare.group(0) + " && " if prepare else "") + fix
+        row["fix"] = fix
+      rows.append(row)
+  frame = pd.DataFrame(rows)
+  frame.attrs["seeds"] = seeds_used
+  return frame
+
+
+def _fmt(mean: float | None, std: float | None = None, signed: bool = False) -> str:
+  mean, std = number(mean), number(std)
+  if mean is None:
+    return ""
+  text = f"{mean:+.2f}" if signed else f"{mean:.2f}"
+  if std is not None:
+    text += f" ± {std:.2f}"
+  return text.replace("-", "−") if signed else text
+
+
+STATUS_TEXT = {"missing": "no data", "no_data": "no data", "oom": "OOM", "failed": "failed"}
+
+
+@dataclasses.dataclass
+class AccuracyReport:
+  protocol: str
+  cells: pd.DataFrame          # accuracy_cells + reference and delta columns (the CSV)
+  ours: Table
+  published: Table
+  delta: Table | None
+  avg_tasks: list[str]
+
+
+def accuracy_report(records: Sequence[dict], protocol: str, reference: pd.DataFrame,
+                    results_dir: str = "RESULTS_DIR") -> AccuracyReport:
+  """Our table, the published one and (for a comparable protocol) the deltas, from ``records``."""
+  cells = accuracy_cells(records, protocol, results_dir)
+  task_names = list(dict.fromkeys(cells["task"]))
+  attentions = list(dict.fromkeys(cells["attention"]))
+  has_data = {t for t in task_names if (cells[(cells.task == t)]["status"] == "ok").any()}
+  avg_tasks = [t for t in AVG_TASKS if t in has_data]
+  refs = [reference_accuracy(reference, protocol, a, t) for a, t in zip(cells.attention, cells.task)]
+  cells["reference"] = [r[0] for r in refs]
+  cells["reference_source"] = [r[1] for r in refs]
+  cells["delta"] = [number(m) - number(r) if number(m) is not None and number(r) is not None else None
+                    for m, r in zip(cells["mean"], cells["reference"])]
+  ours = _ours_table(cells, protocol, reference, task_names, attentions, avg_tasks, results_dir)
+  published = _published_table(cells, protocol, reference, task_names, attentions)
+  delta = _delta_table(cells, task_names, attentions) if comparable(protocol) else None
+  return AccuracyReport(protocol, cells, ours, published, delta, avg_tasks)
+
+
+def _cell(cells: pd.DataFrame, attention: str, task: str) -> pd.Series:
+  return cells[(cells.attention == attention) & (cells.task == task)].iloc[0]
+
+
+def _chance_row(reference: pd.DataFrame, task_names: Sequence[str], avg_tasks: Sequence[str]) -> list[str]:
+  chance, values = ["Chance", ""], {}
+  for t in task_names:
+    try:
+      values[t] = 100.0 * tasks_lib.get_task(t).chance_accuracy
+    except (ValueError, AttributeError):
+      values[t] = reference_accuracy(reference, "combiner", "__chance__", t)[0]
+    chance.append(_fmt(values[t]))
+  chance_avg = [v for t, v in values.items() if t in avg_tasks]
+  chance.append(_fmt(float(np.mean(chance_avg))) if avg_tasks and None not in chance_avg else "")
+  return chance
+
+
+def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, task_names: list[str],
+                attentions: list[str], avg_tasks: list[str], results_dir: str) -> Table:
+  def row_avg(a) -> float | None:
+    means = [number(_cell(cells, a, t)["mean"]) for t in avg_tasks]
+    return float(np.mean(means)) if avg_tasks and None not in means else None
+
+  columns = ["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names], "Avg"]
+  rows, bold = [_chance_row(reference, task_names, avg_tasks)], set()
+  best = {t: cells[(cells.task == t) & (cells.status == "ok")]["mean"].max() for t in task_names}
+  avgs = {a: row_avg(a) for a in attentions}
+  best_avg = max((v for v in avgs.values() if v is not None), default=None)
+  for i, a in enumerate(attentions, start=1):
+    row = [paper_name(a) or "—", a]
+    for j, t in enumerate(task_names, start=2):
+      c = _cell(cells, a, t)
+      if c["status"] == "ok":
+        row.append(_fmt(c["mean"], c["std"]))
+        if np.isclose(c["mean"], best[t]):
+          bold.add((i, j))
+      else:
+        row.append(STATUS_TEXT.get(c["status"], c["status"]))
+    row.append(_fmt(avgs[a]))
+    if avgs[a] is not None and np.isclose(avgs[a], best_avg):
+      bold.add((i, len(columns) - 1))
+    rows.append(row)
+  seeds = sorted({int(s) for ss in cells["seeds"] if ss for s in ss.split(",")})
+  caption = (f"Test accuracy (%) under protocol `{protocol}`: mean ± std over seeds "
+             f"({', '.join(map(str, seeds)) or 'none'}); best per column in bold. "
+             f"Avg over {', '.join(TASK_TITLES.get(t, t) for t in avg_tasks) or 'no task'}"
+             + (" (the tasks with data; the paper averages all five)." if len(avg_tasks) < 5 else "."))
+  if not comparable(protocol):
+    caption = (f"**Protocol `{protocol}` is not the paper's protocol: these numbers are NOT comparable to "
+               f"the published ones** (shown below for orientation only, without deltas). " + caption)
+  notes = _missing_notes(cells, protocol, results_dir)
+  if int(cells["ignored"].sum()):
+    notes.append(f"{int(cells['ignored'].sum())} record(s) of other configs (overrides) of the same cells "
+                 "are not shown; the config with the most ok seeds is.")
+  return Table(columns, rows, bold, caption, notes, left=2)
+
+
+def _published_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, task_names: list[str],
+                     attentions: list[str]) -> Table:
+  pub_columns = ["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names], "Avg", "Source"]
+  pub_rows = []
+  for a in attentions:
+    if paper_name(a) is None:
+      continue
+    values = [_cell(cells, a, t)["reference"] for t in task_names]
+    avg, _ = reference_accuracy(reference, protocol, a, "avg")
+    sources = sorted({s for s in cells[cells.attention == a]["reference_source"] if isinstance(s, str)})
+    if all(number(v) is None for v in values):
+      continue
+    pub_rows.append([paper_name(a), a, *[_fmt(v) for v in values], _fmt(avg), ", ".join(sources)])
+  return Table(pub_columns, pub_rows, left=2, caption=(
+      "Published test accuracy (%) of the same models (reports/reference/; lra_paper_table1 = Tay et al. "
+      "2021 Table 1, combiner_paper_table5 = Ren et al. 2021 Table 5)."))
+
+
+def _delta_table(cells: pd.DataFrame, task_names: list[str], attentions: list[str]) -> Table:
+  d_rows = []
+  for a in attentions:
+    values = [number(_cell(cells, a, t)["delta"]) for t in task_names]
+    if all(v is None for v in values):
+      continue
+    d_rows.append([paper_name(a) or "—", a, *[_fmt(v, signed=True) for v in values]])
+  return Table(["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names]], d_rows, left=2,
+               caption="Δ = ours − published (accuracy points); empty where either side has no number.")
+
+
+def _task_problem(protocol: str, task: str) -> str | None:
+  """Why a whole column cannot have data in this checkout (None if it can)."""
+  if task not in tasks_lib.list_tasks():
+    return f"task {task!r} is not implemented in this checkout"
+  try:
+    config_lib.load_config(protocol, task)
+  except config_lib.ConfigError as err:
+    return str(err)
+  return None
+
+
+def _missing_notes(cells: pd.DataFrame, protocol: str, results_dir: str) -> list[str]:
+  """One line per empty cell with its reason and fix; one line per column that is empty throughout."""
+  notes = []
+  for task, col in cells.groupby("task", sort=False):
+    missing = col[col.status != "ok"]
+    if missing.empty:
+      continue
+    problem = _task_problem(protocol, task)
+    title = TASK_TITLES.get(task, task)
+    if problem:
+      notes.append(f"{title}: no data — {problem}.")
+      continue
+    if len(missing) == len(col) and set(missing.status) <= {"missing", "no_data"}:
+      prepare = next((re.search(r"lra-bench data prepare [^\n]*", e).group(0) for e in missing.error
+                      if isinstance(e, str) and re.search(r"lra-bench data prepare", e)), None)
+      fix = _fix_command(protocol, task, "all", cells.attrs.get("seeds", [0]), results_dir)
+      notes.append(f"{title}: no data for any attention. Fix: `{(prepare + ' && ') if prepare else ''}{fix}`")
+      continue
+    for _, c in missing.iterrows():
+      reason = f" — {c['error'].splitlines()[0][:160]}" if isinstance(c["error"], str) and c["error"] else ""
+      notes.append(f"{c['attention']} / {title}: {STATUS_TEXT.get(c['status'], c['status'])}{reason}. "
+                   f"Fix: `{c['fix']}`")
+  return notes
+
+
+FOLLOWUPS_TITLE = "Published under other protocols (not comparable with LRA Table 1)"
+
+
+def followups_table(followups: pd.DataFrame) -> Table | None:
+  """The rows published under other protocols, each labelled with its protocol and source; never ranked
+  with (or merged into) the LRA Table 1 rows."""
+  if followups.empty:
+    return None
+  task_names = list(AVG_TASKS) + ["pathx"]
+  rows = [[r["model"], FOLLOWUP_NAMES.get(r["model"], "—"), r["protocol"],
+           *[r.get(REFERENCE_COLUMN.get(t, t), "") or "" for t in task_names], r.get("avg5", ""), r["source"]]
+          for _, r in followups.iterrows()]
+  columns = ["Model", "Attention", "Protocol", *[TASK_TITLES[t] for t in task_names], "Avg (5)", "Source"]
+  return Table(columns, rows, left=3, caption=(
+      f"{FOLLOWUPS_TITLE}: test accuracy (%) as published, each under the protocol named in its row "
+      "(model size, training budget, data handling differ from LRA's), from "
+      "reports/reference/lra_followups_accuracy.csv. For orientation only: no ranking, no deltas."))

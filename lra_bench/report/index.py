@@ -1,0 +1,217 @@
+"""The comparative report: accuracy and efficiency tables beside the published numbers, plots, index.
+
+Reads only result records (``<results_dir>/results.jsonl``) and the published numbers
+(``reports/reference/*.csv``). Never invents a number: a cell without a record prints ``no data`` and
+the report lists the command that fills it.
+
+  lra-bench report --results_dir results/smoke --out results/smoke/report
+
+Writes into ``--out``: ``index.md`` (everything, with the protocol, hardware and versions), and per
+table ``.md``/``.csv``/``.tex``, per figure ``.png``/``.svg``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from typing import Iterable, Sequence
+
+import numpy as np
+
+import attention_zoo
+from lra_bench.experiments import results
+from lra_bench.report import plots, viz
+from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
+from lra_bench.report.efficiency import EfficiencyGroup, efficiency_groups, scaling_series
+from lra_bench.report.reference import TASK_TITLES, load_followups, load_reference
+
+
+def _environment(records: Sequence[dict]) -> list[str]:
+  def unique(values):
+    return sorted({v for v in values if v})
+
+  lines = []
+  for kind in ("train", "bench"):
+    rs = [r for r in records if r.get("kind", "train") == kind]
+    if not rs:
+      continue
+    hardware = unique(f"{r.get('backend')} / {r.get('device_kind')} × {r.get('num_devices')}" for r in rs)
+    lines.append(f"- {kind} records: {len(rs)}; hardware: {'; '.join(hardware)}")
+  versions = {}
+  for r in records:
+    for k, v in (r.get("versions") or {}).items():
+      versions.setdefault(k, set()).add(v)
+  if versions:
+    lines.append("- versions: " + ", ".join(f"{k} {'/'.join(sorted(v))}" for k, v in sorted(versions.items())))
+  shas = unique(r.get("git_sha") for r in records)
+  if shas:
+    lines.append("- code: git " + ", ".join(s[:12] + ("+dirty" if s.endswith("+dirty") else "") for s in shas))
+  return lines
+
+
+def _write(path: str, text: str) -> str:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text if text.endswith("\n") else text + "\n")
+  return path
+
+
+def _protocol_order(protocols: Iterable[str]) -> list[str]:
+  preferred = ["lra", "combiner", "xiong", "smoke"]
+  return sorted(set(protocols), key=lambda p: (preferred.index(p) if p in preferred else len(preferred), p))
+
+
+@dataclasses.dataclass
+class _Out:
+  """The output directory, the files written so far and the lines of index.md."""
+
+  directory: str
+  written: list[str] = dataclasses.field(default_factory=list)
+  index: list[str] = dataclasses.field(default_factory=list)
+
+  def rel(self, path: str) -> str:
+    return os.path.relpath(path, self.directory)
+
+  def write(self, path: str, text: str) -> str:
+    self.written.append(_write(path, text))
+    return path
+
+  def section(self, stem: str, md: list[str]) -> None:
+    """``md`` as ``<stem>.md`` and as a section of index.md."""
+    self.write(stem + ".md", "\n".join(md))
+    self.index += md + [""]
+
+
+def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = None,
+                 attention_length: int = 64, command: str | None = None,
+                 protocols: Sequence[str] | None = None,
+                 attention_names: Sequence[str] | None = None) -> list[str]:
+  """Writes every table and figure of ``results_dir``'s records into ``out_dir``; returns the paths."""
+  records = results.load_records(results_dir)
+  reference_acc, reference_eff = load_reference(reference_dir)
+  os.makedirs(out_dir, exist_ok=True)
+  out = _Out(out_dir)
+  train_records = [r for r in records if r.get("kind", "train") == "train"]
+  bench_only = bool(records) and not train_records and not protocols
+  # An empty results dir still shows the smoke table ("no data" cells with the commands that fill
+  # them); a benchmark-only dir gets no accuracy section at all.
+  protocols = [] if bench_only else _protocol_order(
+      protocols or [r["protocol"] for r in train_records] or ["smoke"])
+  out.index = ["# lra-bench report", "",
+               f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} from "
+               f"`{os.path.join(results_dir, results.RESULTS_FILE)}` ({len(records)} records)"
+               + (f" by `{command}`." if command else "."), "",
+               (f"Protocols: {', '.join(f'`{p}`' for p in protocols)}. " if protocols else
+                "Benchmark records only (no accuracy section; train with `lra-bench suite`). ")
+               + f"Registered attentions: {', '.join(attention_zoo.list_attentions())}.", "",
+               *_environment(records), ""]
+  accuracy_reports = [_accuracy_section(out, accuracy_report(records, p, reference_acc, results_dir))
+                      for p in protocols]
+  if protocols:
+    _followups_section(out, load_followups(reference_dir))
+  groups = efficiency_groups(records, reference_eff)
+  if not groups:
+    out.index += ["## Efficiency", "", "No benchmark records. Measure with "
+                  f"`lra-bench bench --results_dir {results_dir}` (see README).", ""]
+  for g in groups:
+    _efficiency_section(out, g)
+  bubble = _bubble(accuracy_reports, groups, out_dir)
+  if bubble:
+    out.written += bubble[0]
+    out.index += ["## Accuracy vs speed (LRA Fig. 3)", "", f"![bubble]({out.rel(bubble[0][0])})", "",
+                  bubble[1], ""]
+  _patterns_section(out, attention_names or attention_zoo.list_attentions(), attention_length)
+  out.write(os.path.join(out_dir, "index.md"), "\n".join(out.index))
+  return out.written
+
+
+def _accuracy_section(out: _Out, rep: AccuracyReport) -> AccuracyReport:
+  stem = os.path.join(out.directory, f"accuracy_{rep.protocol}")
+  rep.cells.to_csv(stem + ".csv", index=False)
+  out.written.append(stem + ".csv")
+  out.write(stem + ".tex", rep.ours.to_latex())
+  md = [f"## Accuracy — protocol `{rep.protocol}`", "", rep.ours.to_markdown(), "", rep.published.to_markdown()]
+  if rep.delta is not None:
+    md += ["", rep.delta.to_markdown()]
+  md += ["", f"Files: [{out.rel(stem)}.csv]({out.rel(stem)}.csv) (every cell with seeds, reference, delta), "
+             f"[{out.rel(stem)}.tex]({out.rel(stem)}.tex)."]
+  out.section(stem, md)
+  return rep
+
+
+def _followups_section(out: _Out, followups) -> None:
+  table = followups_table(followups)
+  if table is not None:
+    stem = os.path.join(out.directory, "published_other_protocols")
+    out.write(stem + ".tex", table.to_latex())
+    out.section(stem, [f"## {FOLLOWUPS_TITLE}", "", table.to_markdown()])
+
+
+def _efficiency_section(out: _Out, g: EfficiencyGroup) -> None:
+  stem = os.path.join(out.directory, f"efficiency_{g.stem}")
+  g.frame.to_csv(stem + ".csv", index=False)
+  out.written.append(stem + ".csv")
+  out.write(stem + ".tex", g.speed.to_latex() + g.memory.to_latex() + g.flops.to_latex())
+  figure = plots.scaling_figure(
+      scaling_series(g.frame), [("time", "seconds per step (median, IQR)"),
+                                ("memory", f"memory per step (bytes; {g.memory_source})"),
+                                ("flops", "XLA FLOPs per step")],
+      f"{g.mode}, batch {g.batch_size}, {g.device_kind}", os.path.join(out.directory, f"scaling_{g.stem}"))
+  out.written += figure
+  md = [f"## Efficiency — {g.mode}, batch {g.batch_size}, {g.device_kind}", "",
+        f"![scaling]({out.rel(figure[0])})", "", f"Log-log; legend: fitted slope of log y on log length "
+        f"(numpy.polyfit). [SVG]({out.rel(figure[1])})", "",
+        g.speed.to_markdown(), "", g.memory.to_markdown(), "", g.flops.to_markdown()]
+  if g.published is not None:
+    md += ["", g.published.to_markdown()]
+  md += ["", f"Files: [{out.rel(stem)}.csv]({out.rel(stem)}.csv) (every point: median, quartiles, memory, "
+             f"FLOPs, compile time), [{out.rel(stem)}.tex]({out.rel(stem)}.tex)."]
+  out.section(stem, md)
+
+
+def _patterns_section(out: _Out, names: Sequence[str], length: int) -> None:
+  paths, errors = viz.plot_attention_grid(names, os.path.join(out.directory, "attention_patterns"), length=length)
+  out.written += paths
+  out.index += ["## Effective attention patterns", ""]
+  if paths:
+    out.index += [f"![attention patterns]({out.rel(paths[0])})", "",
+                  f"Each panel is the matrix a core applies to the values (one head, random queries and keys, "
+                  f"value = identity, L = {length}). One core: `lra-bench viz attention NAME`.", ""]
+  out.index += [f"- {name}: could not be probed: {err[:200]}" for name, err in errors.items()]
+
+
+def _bubble(accuracy_reports: Sequence[AccuracyReport], groups: Sequence[EfficiencyGroup],
+            out_dir: str) -> tuple[list[str], str] | None:
+  """Average accuracy of the first protocol with data vs training speed at the best-covered length."""
+  train_groups = [g for g in groups if g.mode == "train"] or list(groups)
+  if not accuracy_reports or not train_groups:
+    return None
+  rep = next((r for r in accuracy_reports if r.avg_tasks), None)
+  if rep is None:
+    return None
+  group = max(train_groups, key=lambda g: int(((g.frame.status == "ok") & ~g.frame.compile_only).sum()))
+  timed = group.frame[(group.frame.status == "ok") & ~group.frame.compile_only]
+  if timed.empty:
+    return None
+  counts = timed.groupby("length").attention.nunique()
+  length = int(max(counts.index, key=lambda n: (counts[n], n)))
+  cells = rep.cells
+  points = []
+  for _, p in timed[timed.length == length].iterrows():
+    means = [cells[(cells.attention == p.attention) & (cells.task == t)]["mean"].iloc[0] for t in rep.avg_tasks
+             if len(cells[(cells.attention == p.attention) & (cells.task == t)])]
+    if len(means) != len(rep.avg_tasks) or any(m is None or not np.isfinite(m) for m in means):
+      continue
+    points.append({"name": p.attention, "speed": p.examples_per_second, "accuracy": float(np.mean(means)),
+                   "memory_bytes": p.memory_bytes})
+  if not points:
+    return None
+  stem = os.path.join(out_dir, f"bubble_{rep.protocol}")
+  paths = plots.bubble_figure(points, f"protocol {rep.protocol}: avg accuracy vs speed at L={length} "
+                              f"({group.mode}, batch {group.batch_size}, {group.device_kind}); "
+                              "area = memory", "examples per second (log)", stem)
+  text = (f"Average accuracy over {', '.join(TASK_TITLES.get(t, t) for t in rep.avg_tasks)} "
+          f"(protocol `{rep.protocol}`) against {group.mode} examples/s at length {length}; bubble area ∝ "
+          f"memory. [SVG]({os.path.relpath(paths[1], out_dir)})")
+  return paths, text

@@ -1,0 +1,375 @@
+"""Train one config: data, model, mesh, compiled steps, the loop, evaluation, checkpoints, measurements.
+
+``train_and_evaluate(config, workdir, data_dir)`` returns the run's measurements (a flat dict); it knows
+nothing about records, suites or failure policies (``lra_bench.experiments.cell`` turns its outcome,
+or its exception, into a record).
+
+The train step is compiled ahead of time (``place_and_compile``), so compile time, XLA FLOPs and
+compiled memory are measured apart from the steps. Every ``eval_every`` steps the validation split is
+evaluated, the best-validation state is checkpointed and every ``checkpoint_every`` steps the last
+state (``checkpoints.Checkpoints``: exact resume). At the end the test split is evaluated with the
+best-validation parameters (the reported accuracy) and with the last ones.
+
+Periodic work is a few small objects in the style of the flax examples' ``periodic_actions``:
+``Every`` (fires every n steps and at the last step) and ``StepTimer`` (training time without the
+first step after a (re)start, which compiles and warms up, and without evaluation and checkpointing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import logging
+import math
+import os
+import time
+from typing import Any, Iterable
+
+import jax
+import ml_collections
+import numpy as np
+import optax
+
+import tasks as tasks_lib
+from lra_bench.training import optim, parallel, steps, xla_stats
+from lra_bench.training.checkpoints import Checkpoints
+
+
+class TrainingError(RuntimeError):
+  """Training cannot continue (e.g. the loss became NaN). The message says what to change."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Evaluation of padded batches
+
+
+def to_numpy(batch) -> dict[str, np.ndarray]:
+  return {k: np.asarray(v) for k, v in batch.items()}
+
+
+def pad_batch(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
+  """Pads a (last, partial) eval batch to ``batch_size`` and adds ``weights`` (1 = real example)."""
+  n = len(batch["targets"])
+  out = {k: np.concatenate([v, np.zeros((batch_size - n, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
+  out["weights"] = (np.arange(batch_size) < n).astype(np.float32)
+  return out
+
+
+def evaluate(eval_fn, params, model_state, batches: Iterable, batch_size: int,
+             max_batches: int = -1, *, num_batches: int | None = None,
+             empty_batch: dict[str, np.ndarray] | None = None, to_global=lambda batch: batch) -> dict[str, float]:
+  """Sums of ``eval_fn`` over ``batches`` (each padded to ``batch_size`` and masked by ``weights``).
+
+  Multi-host: every process must run the same number of (collective) steps although its shard may hold
+  one batch fewer, so with ``num_batches`` a process whose batches run out feeds ``empty_batch``
+  (zero rows, hence zero weight) until that count. ``to_global`` turns a process's padded batch into
+  the global array ``eval_fn`` takes.
+  """
+  totals = {"loss": 0.0, "correct": 0.0, "count": 0.0}
+  iterator = iter(batches)
+  for i in itertools.count():
+    if 0 <= max_batches <= i or (num_batches is not None and i >= num_batches):
+      break
+    batch = next(iterator, None)
+    if batch is None:
+      if num_batches is None:
+        break
+      batch = empty_batch
+    sums = eval_fn(params, model_state, to_global(pad_batch(to_numpy(batch), batch_size)))
+    for k in totals:
+      totals[k] += float(sums[k])
+  count = max(totals["count"], 1.0)
+  return {"accuracy": totals["correct"] / count, "loss": totals["loss"] / count,
+          "count": int(totals["count"])}
+
+
+# ----------------------------------------------------------------------------------------------------
+# The mesh / jit / compile block (also what the multi-device tests run)
+
+
+@dataclasses.dataclass
+class Placed:
+  """The initial state where it lives on ``mesh`` and the steps jitted with its shardings."""
+
+  mesh: Any
+  state: steps.TrainState
+  state_shardings: Any
+  train_step: Any   # jitted (state, global batch) -> (state, metrics); donates the state
+  eval_step: Any    # jitted (params, model_state, global batch) -> sums
+
+
+def place(config: ml_collections.ConfigDict, model, tx: optax.GradientTransformation, mesh,
+          example: dict[str, np.ndarray]) -> Placed:
+  """Creates the state on ``mesh`` (``config.param_sharding``) and jits both steps with its shardings.
+
+  ``example`` is any batch of the right per-example shapes (only its shapes are used).
+  """
+  shardings_of = functools.partial(parallel.state_shardings, mesh=mesh, param_sharding=config.param_sharding)
+  state = steps.init_state(config, model, tx, example, shardings=shardings_of)
+  state_shardings = shardings_of(state)
+  data, replicated = parallel.batch_sharding(mesh), parallel.replicated(mesh)
+  train_fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx,
+                                       accumulate_steps=config.accumulate_steps),
+                     in_shardings=(state_shardings, data), out_shardings=(state_shardings, replicated),
+                     donate_argnums=0)
+  eval_fn = jax.jit(functools.partial(steps.eval_step, model=model),
+                    in_shardings=(state_shardings.params, state_shardings.model_state, data),
+                    out_shardings=replicated)
+  return Placed(mesh, state, state_shardings, train_fn, eval_fn)
+
+
+def compile_train_step(placed: Placed, state, global_batch_shapes) -> tuple[Any, float, dict]:
+  """(compiled train step, compile seconds, ``xla_stats.cost_analysis``) for batches of these shapes."""
+  start = time.perf_counter()
+  compiled = placed.train_step.lower(state, global_batch_shapes).compile()
+  return compiled, time.perf_counter() - start, xla_stats.cost_analysis(compiled)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Periodic actions
+
+
+@dataclasses.dataclass
+class Every:
+  """Fires at every multiple of ``every`` and at the ``last`` step."""
+
+  every: int
+  last: int
+
+  def __call__(self, step: int) -> bool:
+    return step % self.every == 0 or step == self.last
+
+
+class StepTimer:
+  """Seconds spent in train steps, in windows between boundaries (eval, checkpoint, log).
+
+  A window opens before the first step after the previous boundary; after a (re)start it opens one
+  step later (that step compiles and warms up). Closing a window needs the state ready (the caller
+  blocks on it), so the window times finished steps.
+  """
+
+  def __init__(self, step: int, seconds: float = 0.0, steps_done: int = 0):
+    self.seconds, self.steps = seconds, steps_done
+    self._start: float | None = None
+    self._first = step
+
+  def before_step(self, step: int) -> None:
+    if self._start is None and step > self._first:
+      self._start, self._first = time.perf_counter(), step
+
+  def close(self, step: int) -> None:
+    if self._start is not None:
+      self.seconds += time.perf_counter() - self._start
+      self.steps += step - self._first
+
+  def reopen(self, step: int) -> None:
+    self._start, self._first = time.perf_counter(), step
+
+  @property
+  def steps_per_second(self) -> float | None:
+    return self.steps / self.seconds if self.seconds > 0 else None
+
+
+# ----------------------------------------------------------------------------------------------------
+# One run
+
+
+@dataclasses.dataclass
+class Data:
+  """The three splits of a task, read once, and batched for this process."""
+
+  examples: dict[str, tasks_lib.Examples]
+  train: Any
+  validation: Any
+  test: Any
+  local_batch_size: int
+
+  @classmethod
+  def load(cls, config: ml_collections.ConfigDict, task: tasks_lib.Task, data_dir: str,
+           local_batch_size: int) -> "Data":
+    options = dict(config.data.options)
+    if config.model.get("input_kind", "tokens") == "pixels":
+      options["input_kind"] = "pixels"  # one knob: the model's input kind picks the task's inputs
+    examples = {split: task.examples(data_dir, split, max_length=config.data.max_length, **options)
+                for split in tasks_lib.SPLITS}
+    batched = functools.partial(tasks_lib.base.batched, batch_size=local_batch_size, seed=config.seed,
+                                shuffle_buffer=config.data.shuffle_buffer, num_shards=jax.process_count(),
+                                shard_index=jax.process_index())
+    return cls(examples, batched(examples["train"], repeat=True), batched(examples["validation"]),
+               batched(examples["test"]), local_batch_size)
+
+  def eval_steps(self, split: str) -> int:
+    """Eval steps every process runs: as many as the largest shard (process 0's) needs."""
+    per_process = math.ceil(self.examples[split].num_examples / jax.process_count())
+    return math.ceil(per_process / self.local_batch_size)
+
+  def stats(self) -> dict[str, dict]:
+    return {split: {"num_examples": ex.num_examples, "num_truncated": ex.num_truncated,
+                    "source": ex.source} for split, ex in self.examples.items()}
+
+
+class Run:
+  """The state of one training run between its steps (see the module docstring)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, data_dir: str, devices=None):
+    self.config, self.wall_start = config, time.perf_counter()
+    self.mesh = parallel.make_mesh(devices)
+    self.layout = parallel.batch_split(config.batch_size, config.accumulate_steps, self.mesh.size,
+                                       jax.process_count())
+    self._log_setup()
+    task = tasks_lib.get_task(config.task)
+    self.data = Data.load(config, task, data_dir, self.layout["per_process_batch_size"])
+    model = steps.create_model(config, task)
+    self.placed = place(config, model, optim.make_optimizer(config.optimizer), self.mesh,
+                        steps.example_batch(self.data.train.element_spec, 2))
+    self.state = self.placed.state
+    self.num_params = int(sum(x.size for x in jax.tree.leaves(self.state.params)))
+    logging.info("model has %d parameters", self.num_params)
+    self.to_global = functools.partial(parallel.global_batch, mesh=self.mesh)
+    self.train_iter = iter(self.data.train)
+    self.iterator_ckpt = tasks_lib.base.import_tf().train.Checkpoint(iterator=self.train_iter)
+    self.checkpoints = Checkpoints(workdir)
+    self.progress = {"best_val_accuracy": -1.0, "best_step": 0, "train_seconds": 0.0, "timed_steps": 0,
+                     "wall_seconds": 0.0}
+    self._resume()
+    global_shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct((config.batch_size, *x.shape[1:]), x.dtype),
+                                 steps.example_batch(self.data.train.element_spec, 0))
+    self.compiled, self.compile_seconds, self.analysis = compile_train_step(self.placed, self.state,
+                                                                            global_shapes)
+    self.writer = _summary_writer(workdir)
+    self.schedule = optim.learning_rate_schedule(config.optimizer)
+
+  def _log_setup(self) -> None:
+    c, layout = self.config, self.layout
+    logging.info("task %s, attention %s, protocol %s, seed %d, precision %s; %d device(s) in %d process(es): "
+                 "batch %d = %d accumulation step(s) x %d device(s) x %d per device; devices %s", c.task,
+                 c.model.attention, c.protocol, c.seed, c.precision, self.mesh.size, jax.process_count(),
+                 c.batch_size, c.accumulate_steps, self.mesh.size, layout["per_device_batch_size"],
+                 self.mesh.devices.tolist())
+
+  def _resume(self) -> None:
+    restored = self.checkpoints.restore_last(self.state, self.iterator_ckpt)
+    if restored is not None:
+      state, self.progress = restored
+      self.state = jax.device_put(state, self.placed.state_shardings)
+      logging.info("resumed from step %d", int(self.state.step))
+
+  def evaluate(self, split: str, params, model_state, max_batches: int = -1) -> dict[str, float]:
+    return evaluate(self.placed.eval_step, params, model_state, getattr(self.data, split),
+                    self.data.local_batch_size, max_batches, num_batches=self.data.eval_steps(split),
+                    empty_batch=steps.example_batch(self.data.validation.element_spec, 0),
+                    to_global=self.to_global)
+
+  def wall_seconds(self) -> float:
+    return self.progress["wall_seconds"] + time.perf_counter() - self.wall_start
+
+  def train(self) -> None:
+    """Steps until ``num_train_steps``; at each boundary: NaN check, log, evaluate, checkpoint."""
+    c = self.config
+    log, evaluate_now, checkpoint_now = (Every(c.log_every, c.num_train_steps),
+                                         Every(c.eval_every, c.num_train_steps),
+                                         Every(c.checkpoint_every, c.num_train_steps))
+    self.best_val, self.best_step = self.progress["best_val_accuracy"], self.progress["best_step"]
+    step = int(self.state.step)
+    self.timer = StepTimer(step, self.progress["train_seconds"], self.progress["timed_steps"])
+    metrics: list[dict] = []
+    while step < c.num_train_steps:
+      batch = self.to_global(to_numpy(next(self.train_iter)))
+      self.timer.before_step(step)
+      self.state, step_metrics = self.compiled(self.state, batch)
+      step += 1
+      metrics.append(step_metrics)
+      if not (log(step) or evaluate_now(step) or checkpoint_now(step)):
+        continue
+      metrics = jax.device_get(metrics)
+      jax.block_until_ready(self.state)
+      self.timer.close(step)
+      self._check_and_log(step, metrics, log(step))
+      metrics = []
+      if evaluate_now(step):
+        self._validate(step)
+      if checkpoint_now(step):
+        self._save_last(step)
+      self.timer.reopen(step)
+
+  def _check_and_log(self, step: int, metrics: list[dict], log: bool) -> None:
+    loss = float(np.mean([m["loss"] for m in metrics]))
+    if not math.isfinite(loss):
+      raise TrainingError(f"loss became {loss} by step {step} (learning rate "
+                          f"{float(self.schedule(step)):.3g}); lower optimizer.learning_rate or set "
+                          "optimizer.grad_clip_norm")
+    if not log:
+      return
+    accuracy = float(np.mean([m["accuracy"] for m in metrics]))
+    logging.info("step %d: loss %.4f, accuracy %.4f, %.2f steps/s", step, loss, accuracy,
+                 self.timer.steps / max(self.timer.seconds, 1e-9))
+    if self.writer:
+      self.writer.scalar("train/loss", loss, step)
+      self.writer.scalar("train/accuracy", accuracy, step)
+      self.writer.scalar("train/learning_rate", float(self.schedule(step)), step)
+      self.writer.flush()
+
+  def _validate(self, step: int) -> None:
+    val = self.evaluate("validation", self.state.params, self.state.model_state, self.config.num_eval_batches)
+    logging.info("step %d: validation accuracy %.4f, loss %.4f", step, val["accuracy"], val["loss"])
+    if self.writer:
+      self.writer.scalar("eval/accuracy", val["accuracy"], step)
+      self.writer.scalar("eval/loss", val["loss"], step)
+    if val["accuracy"] > self.best_val:
+      self.best_val, self.best_step = val["accuracy"], step
+      self.checkpoints.save_best(step, self.state)
+
+  def _save_last(self, step: int) -> None:
+    self.checkpoints.save_last(step, self.state, {
+        "best_val_accuracy": self.best_val, "best_step": self.best_step,
+        "train_seconds": self.timer.seconds, "timed_steps": self.timer.steps,
+        "wall_seconds": self.wall_seconds()}, self.iterator_ckpt)
+
+  def test(self) -> dict[str, Any]:
+    """Test accuracy of the best-validation and of the last parameters; the run's measurements."""
+    best, best_step = self.checkpoints.restore_best(self.state), self.best_step
+    if best is None:  # no eval happened (e.g. zero steps): evaluate the current parameters
+      best, best_step = {"params": self.state.params, "model_state": self.state.model_state}, int(self.state.step)
+    test_best = self.evaluate("test", best["params"], best["model_state"])
+    test_last = self.evaluate("test", self.state.params, self.state.model_state)
+    logging.info("test accuracy %.4f (best-validation params, step %d), %.4f (last params)",
+                 test_best["accuracy"], best_step, test_last["accuracy"])
+    if self.writer:
+      self.writer.scalar("test/accuracy", test_best["accuracy"], int(self.state.step))
+      self.writer.close()
+    return self._measurements(test_best, test_last, best_step)
+
+  def _measurements(self, test_best: dict, test_last: dict, best_step: int) -> dict[str, Any]:
+    c, speed = self.config, self.timer.steps_per_second
+    return {
+        "test_accuracy": test_best["accuracy"], "test_accuracy_last": test_last["accuracy"],
+        "test_examples": test_best["count"], "best_val_accuracy": self.best_val, "best_step": best_step,
+        "train_steps": int(self.state.step), "num_params": self.num_params, "steps_per_second": speed,
+        "examples_per_second": speed * c.batch_size if speed else None,
+        "compile_seconds": self.compile_seconds, "num_devices": self.mesh.size,
+        "num_processes": jax.process_count(), "per_device_batch_size": self.layout["per_device_batch_size"],
+        "accumulate_steps": c.accumulate_steps, "precision": c.precision,
+        "wall_seconds": self.wall_seconds(), "peak_memory_bytes": xla_stats.peak_memory_bytes(),
+        "compiled_memory_bytes": self.analysis["compiled_memory_bytes"],
+        "compiled_temp_bytes": self.analysis["temp_bytes"], "flops_per_step": self.analysis["flops"],
+        "data": self.data.stats(),
+    }
+
+
+def _summary_writer(workdir: str):
+  """A TensorBoard writer on process 0 (None elsewhere)."""
+  from flax.metrics import tensorboard
+
+  return tensorboard.SummaryWriter(os.path.join(workdir, "tensorboard")) if jax.process_index() == 0 else None
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
+                       devices=None) -> dict[str, Any]:
+  """Trains ``config`` in ``workdir`` (resuming if a checkpoint is there); returns its measurements.
+
+  Data-parallel over ``devices`` (default: every device of every process; see ``parallel``).
+  """
+  run = Run(config, workdir, data_dir, devices)
+  run.train()
+  return run.test()

@@ -1,0 +1,161 @@
+"""The pure train and eval steps (jitted at the call site), the model and the initial train state.
+
+Auxiliary losses: an attention core (or any module of the model) may ``self.sow("losses", name, scalar)``;
+the train step applies the model with the ``losses`` collection mutable and adds the sum of every sown
+value to the cross-entropy it differentiates (nothing sown: exactly the cross-entropy). The sown values
+are per-call outputs, never state: they are dropped after the step. Other non-trainable collections
+(e.g. the EMA centroids of ``combiner_learnable``) are ``TrainState.model_state`` and are carried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+import tasks as tasks_lib
+from lra_bench.training import models
+
+AUX_LOSSES = "losses"  # the flax collection auxiliary losses are sown into
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  model_state: Any  # non-trainable flax collections (e.g. EMA centroids); often empty
+  rng: jax.Array    # base key (raw uint32); the key of step s is fold_in(rng, s)
+
+
+def _variables(params, model_state):
+  return {"params": params, **model_state}
+
+
+def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+  return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+
+
+def with_aux_losses(loss: jax.Array, variables) -> jax.Array:
+  """``loss`` plus every value sown into the ``losses`` collection of ``variables`` (summed in float32).
+
+  Nothing sown: ``loss`` itself (no operation is added, so the step is the same program as without
+  auxiliary losses).
+  """
+  leaves = jax.tree.leaves(variables.get(AUX_LOSSES, {}))
+  return loss + sum(jnp.sum(leaf, dtype=jnp.float32) for leaf in leaves) if leaves else loss
+
+
+def _micro_batches(batch: dict[str, jax.Array], accumulate_steps: int) -> dict[str, jax.Array]:
+  """[B, ...] -> [A, B/A, ...]; micro-batch ``a`` holds rows a, a + A, a + 2A, ...
+
+  Strided rather than contiguous so that a batch sharded over devices along B stays where it is: every
+  device's rows split into A local micro-batches, and no example moves between devices.
+  """
+  def split(x):
+    return jnp.swapaxes(x.reshape(x.shape[0] // accumulate_steps, accumulate_steps, *x.shape[1:]), 0, 1)
+  return jax.tree.map(split, batch)
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Module,
+               tx: optax.GradientTransformation,
+               accumulate_steps: int = 1) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One optimizer step on ``batch``; dropout/attention randomness from fold_in(state.rng, step).
+
+  With ``accumulate_steps = A > 1`` the batch is A equal micro-batches (``_micro_batches``) run one
+  after another in a ``lax.scan`` (so only one micro-batch's activations are alive); their mean
+  gradients are averaged in float32 (= the gradient of the mean loss over the batch) and the optimizer
+  steps once. Micro-batch ``a`` draws its randomness from fold_in(key of the step, a).
+  """
+  step_rng = jax.random.fold_in(state.rng, state.step)
+  mutable = [*state.model_state, AUX_LOSSES]
+
+  def grads_of(params, model_state, micro_batch, rng):
+    dropout_rng, attention_rng = jax.random.split(rng)
+
+    def loss_fn(params):
+      logits, updated = model.apply(_variables(params, model_state), micro_batch, deterministic=False,
+                                    rngs={"dropout": dropout_rng, "attention": attention_rng},
+                                    mutable=mutable)
+      loss = with_aux_losses(jnp.mean(cross_entropy(logits, micro_batch["targets"])), updated)
+      return loss, (logits, {name: updated[name] for name in model_state})
+
+    (loss, (logits, new_model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    accuracy = jnp.mean(jnp.argmax(logits, -1) == micro_batch["targets"])
+    return grads, new_model_state, loss, accuracy
+
+  if accumulate_steps == 1:
+    grads, new_model_state, loss, accuracy = grads_of(state.params, state.model_state, batch, step_rng)
+  else:
+    def body(carry, inputs):
+      grad_sum, model_state, loss_sum, accuracy_sum = carry
+      index, micro_batch = inputs
+      grads, model_state, loss, accuracy = grads_of(state.params, model_state, micro_batch,
+                                                    jax.random.fold_in(step_rng, index))
+      grad_sum = jax.tree.map(lambda s, g: s + g.astype(jnp.float32), grad_sum, grads)
+      return (grad_sum, model_state, loss_sum + loss, accuracy_sum + accuracy), None
+
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
+    init = (zeros, state.model_state, jnp.zeros([], jnp.float32), jnp.zeros([], jnp.float32))
+    (grad_sum, new_model_state, loss_sum, accuracy_sum), _ = jax.lax.scan(
+        body, init, (jnp.arange(accumulate_steps), _micro_batches(batch, accumulate_steps)))
+    grads = jax.tree.map(lambda g, p: (g / accumulate_steps).astype(p.dtype), grad_sum, state.params)
+    loss, accuracy = loss_sum / accumulate_steps, accuracy_sum / accumulate_steps
+
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = {"loss": loss, "accuracy": accuracy, "grad_norm": optax.global_norm(grads)}
+  new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
+                            model_state=new_model_state)
+  return new_state, metrics
+
+
+def eval_step(params, model_state, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:
+  """Sums over the real examples of ``batch`` (``weights`` marks them): loss, correct, count."""
+  logits = model.apply(_variables(params, model_state), batch, deterministic=True)
+  weights = batch["weights"]
+  return {"loss": jnp.sum(cross_entropy(logits, batch["targets"]) * weights),
+          "correct": jnp.sum((jnp.argmax(logits, -1) == batch["targets"]) * weights),
+          "count": jnp.sum(weights)}
+
+
+def compute_dtype(config: ml_collections.ConfigDict):
+  """Activation/matmul dtype of ``config.precision`` (parameters, softmax, norms and loss stay float32)."""
+  return jnp.dtype(config.precision)
+
+
+def create_model(config: ml_collections.ConfigDict, task: tasks_lib.Task) -> models.Classifier:
+  return models.Classifier(config.model, task.vocab_size, task.num_classes, task.dual_input,
+                           dtype=compute_dtype(config))
+
+
+def example_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
+  """Zeros shaped like one batch of a dataset with ``element_spec`` (for init and compiling)."""
+  return {key: np.zeros((batch_size, *spec.shape[1:]), spec.dtype.as_numpy_dtype)
+          for key, spec in element_spec.items()}
+
+
+def init_state(config, model, tx, batch: dict[str, np.ndarray], *, shardings=None) -> TrainState:
+  """Parameters from PRNGKey(seed); ``batch`` only provides shapes.
+
+  ``shardings``: None (default placement), or a function from the abstract state to its shardings
+  (``partial(parallel.state_shardings, mesh=...)``); the state is then created where it lives.
+  """
+  def create():
+    rng = jax.random.PRNGKey(config.seed)
+    params_rng, dropout_rng, attention_rng, train_rng = jax.random.split(rng, 4)
+    variables = dict(model.init({"params": params_rng, "dropout": dropout_rng, "attention": attention_rng},
+                                batch, deterministic=True))
+    params = variables.pop("params")
+    variables.pop(AUX_LOSSES, None)  # per-call outputs, not state
+    return TrainState(step=jnp.asarray(0, jnp.int32), params=params, opt_state=tx.init(params),
+                      model_state=variables, rng=train_rng)
+
+  out_shardings = shardings(jax.eval_shape(create)) if shardings else None
+  return jax.jit(create, out_shardings=out_shardings)()

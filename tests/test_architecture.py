@@ -1,0 +1,96 @@
+"""The shape of lra_bench (docs/ARCHITECTURE.md): the import graph of its modules, read from their source,
+has no cycle and no upward edge (training <- experiments <- report, the CLI on top); and the repository
+points to no document outside itself."""
+
+import ast
+import os
+import re
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(REPO, "lra_bench")
+LAYER = {"training": 0, "experiments": 1, "report": 2, "cli": 3, "__main__": 4}
+
+
+def _module_name(path: str) -> str:
+  rel = os.path.relpath(path, REPO)[:-len(".py")].replace(os.sep, ".")
+  return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def import_graph() -> dict[str, set[str]]:
+  """{module: the lra_bench modules it imports (at any depth of its source)}."""
+  modules = {}
+  for root, _, files in os.walk(PACKAGE):
+    for name in files:
+      if name.endswith(".py"):
+        modules[_module_name(os.path.join(root, name))] = os.path.join(root, name)
+  graph = {}
+  for module, path in modules.items():
+    with open(path) as f:
+      tree = ast.parse(f.read())
+    edges = set()
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        edges.update(a.name for a in node.names)
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        edges.add(node.module)
+        edges.update(f"{node.module}.{a.name}" for a in node.names)
+    graph[module] = {e for e in edges if e in modules and e != module}
+  return graph
+
+
+def _layer(module: str) -> int | None:
+  parts = module.split(".")
+  return LAYER.get(parts[1]) if len(parts) > 1 else None  # the package root is below every layer
+
+
+def test_no_upward_import():
+  upward = [(m, e) for m, edges in import_graph().items() for e in edges
+            if _layer(e) is not None and _layer(m) is not None and _layer(e) > _layer(m)]
+  assert not upward, upward
+
+
+def test_no_import_cycle():
+  graph, done, path = import_graph(), set(), []
+
+  def visit(module):
+    if module in path:
+      pytest.fail("import cycle: " + " -> ".join(path[path.index(module):] + [module]))
+    if module in done:
+      return
+    path.append(module)
+    for other in sorted(graph[module]):
+      visit(other)
+    path.pop()
+    done.add(module)
+
+  for module in sorted(graph):
+    visit(module)
+
+
+def test_the_wings_exist_and_training_knows_no_records():
+  graph = import_graph()
+  assert {"lra_bench.training.loop", "lra_bench.experiments.cell", "lra_bench.report.index"} <= set(graph)
+  for module, edges in graph.items():
+    if module.startswith("lra_bench.training"):
+      assert not any(e.startswith(("lra_bench.experiments", "lra_bench.report")) for e in edges), module
+
+
+OUTSIDE = re.compile(r"\.\./shared|research/[a-z_]+\.md|(?<!docs/)ARCHITECTURE\.md")
+
+
+def test_no_pointer_to_documents_outside_the_repository():
+  """lra_bench/, configs/ and the README name only documents that are in the repository."""
+  offending = []
+  paths = [os.path.join(REPO, "README.md")]
+  for top in ("lra_bench", "configs"):
+    for root, _, files in os.walk(os.path.join(REPO, top)):
+      paths += [os.path.join(root, f) for f in files if f.endswith(".py")]
+  for path in paths:
+    with open(path) as f:
+      for lineno, line in enumerate(f, 1):
+        if OUTSIDE.search(line):
+          offending.append(f"{os.path.relpath(path, REPO)}:{lineno}: {line.strip()}")
+  assert not offending, "\n".join(offending)
+  assert os.path.exists(os.path.join(REPO, "docs", "ARCHITECTURE.md"))
