@@ -56,11 +56,6 @@ def from_blocks(x: jax.Array) -> jax.Array:
   return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
 
 
-def gather_blocks(blocks: jax.Array, index: jax.Array) -> jax.Array:
-  """Gathers blocks along N: ``blocks`` [B, N, S, ...], ``index`` int [N', K] -> [B, N', K, S, ...]."""
-  return jnp.take(blocks, index, axis=1)
-
-
 def gather_blocks_per_head(blocks: jax.Array, index: jax.Array) -> jax.Array:
   """Per-head gather: ``blocks`` [B, N, S, H, X], ``index`` int [H, N', K] -> [B, N', K, S, H, X]."""
   per_head = jax.vmap(lambda b, i: jnp.take(b, i, axis=1), in_axes=(3, 0), out_axes=4)

@@ -1,4 +1,4 @@
-"""The attention registry (CONTRACT 1).
+"""The attention registry (docs/ARCHITECTURE.md, CONTRACT 1).
 
 An attention *core* is a ``flax.linen.Module`` whose single field is ``config`` (a frozen dataclass
 deriving from :class:`AttentionConfig`). It maps ``query, key [B, L, H, D]`` and ``value [B, L, H, V]``

@@ -16,11 +16,3 @@ __version__ = "0.1.0"
 
 REPO_ROOT = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 
-
-def __getattr__(name: str):
-  # ``from lra_bench import models`` (tests/test_performer.py) predates the training wing.
-  if name == "models":
-    from lra_bench.training import models
-
-    return models
-  raise AttributeError(f"module 'lra_bench' has no attribute {name!r}")

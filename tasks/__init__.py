@@ -1,4 +1,4 @@
-"""tasks: the LRA tasks (ARCHITECTURE.md, CONTRACT 2).
+"""tasks: the LRA tasks (docs/ARCHITECTURE.md, CONTRACT 2).
 
 Each module in this package defines one task and registers it with ``@register_task``; every module is
 imported here, so a new task is one new file.

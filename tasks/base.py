@@ -1,4 +1,4 @@
-"""The task contract (ARCHITECTURE.md, CONTRACT 2): what every LRA task provides.
+"""The task contract (docs/ARCHITECTURE.md, CONTRACT 2): what every LRA task provides.
 
 A task knows how to make or find its data (``prepare``), how to read one split into fixed-length int32
 examples (``examples``), and how to batch them (``dataset``, shared here). Batches are dicts:
@@ -74,10 +74,6 @@ class Task:
   dual_input: ClassVar[bool] = False
   pixel_inputs: ClassVar[bool] = False   # also offers float pixels (model.input_kind = "pixels")
   chance_accuracy: ClassVar[float]
-
-  @property
-  def input_keys(self) -> tuple[str, ...]:
-    return ("inputs1", "inputs2") if self.dual_input else ("inputs",)
 
   def prepare(self, data_dir: str, **options) -> str:
     """Generates or verifies the data under ``data_dir``; idempotent. Returns the task's data path."""
