@@ -165,7 +165,8 @@ def run_point(config: ml_collections.ConfigDict, *, isolate: bool = True,
               timeout_s: float | None = None) -> dict[str, Any]:
   """Measures one point, in a fresh subprocess unless ``isolate`` is False."""
   if not isolate:
-    return measure_safely(config)
+    # The host RSS peak is per process: in-process it would carry every earlier point's peak.
+    return dict(measure_safely(config), peak_rss_bytes=None)
   with tempfile.TemporaryDirectory(prefix="lra-bench-point-") as tmp:
     spec, out = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
     results.write_json_atomic(spec, {"config": config.to_dict()})
