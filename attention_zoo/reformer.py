@@ -41,6 +41,10 @@ Differences from the reference code (LRA ``reformer/reformer_attention.py``; ori
   ``"fixed"``: once from ``key(seed)`` folded with the module path. LRA always used ``PRNGKey(0)``
   (the same rotations in every layer, head and step); trax draws per call.
 - **Causal**: keys at a later original position are masked (trax's causal form; LRA's was a TODO no-op).
+  As in trax this never attends to a later position, but WHICH earlier positions share a chunk depends
+  on the hashes of later tokens (they shift the sorted order), so past outputs are not independent of
+  the future once the sorted sequence has more than one chunk. With L <= chunk_len (one chunk) it is
+  exact causal attention without self.
 - **Dropout** on the attention weights (joint softmax, so it drops (query, window key) pairs of all
   rounds); LRA had none in this core.
 - Duplicate keys are not removed: with R > 1 a key can be in the windows of several rounds (and,
