@@ -110,7 +110,7 @@ class RoutingAttention(nn.Module):
     del key  # shared QK
     cfg = self.config
     if cfg.causal:
-      raise NotImplementedError("routing has no causal form: its balanced top-W windows depend on "
+      raise NotImplementedError("routing cannot be causal: its balanced top-W windows depend on "
                                 "the scores of future tokens, so the future changes past outputs")
     batch, length, heads, dim = query.shape
     mask = common.default_mask(mask, batch, length)
