@@ -13,8 +13,9 @@ query's own chunk, spans = every other chunk (max-pooled summaries, within-span 
 softmax: an exact partition of all real keys. Cost O(L log L + L (S + N) D).
 
 Centroids live in the non-trainable collection ``"centroids"`` (``means``: [H, K, D], random unit
-vectors from the ``params`` RNG at init). They are updated by an exponential moving average of the
-assigned features only when the caller makes that collection mutable::
+vectors from the ``params`` RNG at init; the k-means machinery is ``attention_zoo.clustering``, shared
+with the Routing core). They are updated by an exponential moving average of the assigned features
+only when the caller makes that collection mutable (whatever ``deterministic`` is)::
 
     out, updates = core.apply(variables, q, k, v, mask, deterministic=False, rngs=...,
                               mutable=["centroids"])
@@ -33,7 +34,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import blocks, combiner_common, common
+from attention_zoo import blocks, clustering, combiner_common, common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -52,14 +53,11 @@ class CombinerLearnableConfig(AttentionConfig):
   abstraction: str = "max"
 
 
-def _normalize(x: jax.Array) -> jax.Array:
-  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-6)
-
-
 def routing_features(query: jax.Array, key: jax.Array) -> jax.Array:
   """[B, L, H, D] unit routing features (float32 or wider, no gradient)."""
   acc = common.accum_dtype(query, key)
-  return jax.lax.stop_gradient(_normalize(_normalize(query.astype(acc)) + _normalize(key.astype(acc))))
+  return jax.lax.stop_gradient(clustering.unit(clustering.unit(query.astype(acc))
+                                               + clustering.unit(key.astype(acc))))
 
 
 @register_attention("combiner_learnable", CombinerLearnableConfig)
@@ -80,21 +78,11 @@ class CombinerLearnableAttention(nn.Module):
     mask = common.default_mask(mask, batch, length)
     clusters = cfg.num_clusters
 
-    def init_means():
-      means = jax.random.normal(self.make_rng("params"), (heads, clusters, dim), jnp.float32)
-      return _normalize(means)
-
-    means = self.variable("centroids", "means", init_means)
+    means = clustering.centroid_variable(self, heads, clusters, dim)
     feats = routing_features(query, key)                                       # [B, L, H, D]
-    scores = jnp.einsum("blhd,hkd->bhlk", feats, means.value.astype(feats.dtype))
-    assign = jnp.where(mask[:, None, :], jnp.argmax(scores, -1), clusters)     # [B, H, L]
-
-    if self.is_mutable_collection("centroids") and not self.is_initializing():
-      onehot = jax.nn.one_hot(assign, clusters, dtype=feats.dtype)            # sentinel -> zeros
-      sums = jnp.einsum("bhlk,blhd->hkd", onehot, feats)
-      counts = jnp.sum(onehot, axis=(0, 2))[..., None]                         # [H, K, 1]
-      moved = _normalize(cfg.decay * means.value + (1 - cfg.decay) * sums / jnp.maximum(counts, 1))
-      means.value = jnp.where(counts > 0, moved, means.value).astype(means.value.dtype)
+    assign = clustering.nearest(clustering.similarities(feats, means.value), mask)  # [B, H, L]
+    if clustering.may_update(self):
+      clustering.ema_update(means, feats, assign, cfg.decay)
 
     size = cfg.chunk_size or blocks.sqrt_block_size(length)
     fq = combiner_common.AbstractionFeatures(cfg.abstraction, name="query_abstraction")(query)
