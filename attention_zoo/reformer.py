@@ -40,8 +40,9 @@ Differences from the reference code (LRA ``reformer/reformer_attention.py``; ori
   on every call (``redraw="every_call"``; falls back to the fixed draw when the stream is absent), or
   ``"fixed"``: once from ``key(seed)`` folded with the module path. LRA always used ``PRNGKey(0)``
   (the same rotations in every layer, head and step); trax draws per call.
-- **Causal**: keys at a later original position are masked (trax's causal form; LRA's was a TODO no-op).
-  As in trax this never attends to a later position, but WHICH earlier positions share a chunk depends
+- **Causal** only on request (``causal=True, trax_causal=True``; plain ``causal=True`` raises
+  ``NotImplementedError``): keys at a later original position are masked (trax's causal form; LRA's was
+  a TODO no-op). As in trax this never attends to a later position, but WHICH earlier positions share a chunk depends
   on the hashes of later tokens (they shift the sorted order), so past outputs are not independent of
   the future once the sorted sequence has more than one chunk. With L <= chunk_len (one chunk) it is
   exact causal attention without self.
@@ -81,6 +82,8 @@ class ReformerConfig(AttentionConfig):
     lra_sqrt_d_quirk: multiply logits by √D instead of dividing (LRA's bug).
     redraw: ``"every_call"`` (``"attention"`` stream, fixed fallback) or ``"fixed"``.
     seed: seed of the fixed draw (folded with the module path).
+    trax_causal: allow ``causal=True`` in trax's form, which is NOT strictly causal (see the module
+      docstring); without it ``causal=True`` raises ``NotImplementedError``.
   """
 
   n_hashes: int = 1
@@ -91,6 +94,7 @@ class ReformerConfig(AttentionConfig):
   lra_sqrt_d_quirk: bool = False
   redraw: str = "every_call"
   seed: int = 0
+  trax_causal: bool = False
 
   paper_name = "Reformer"
 
@@ -160,6 +164,10 @@ class ReformerAttention(nn.Module):
     -> [B, L, H, V]."""
     del key  # shared QK
     cfg = self.config
+    if cfg.causal and not cfg.trax_causal:
+      raise NotImplementedError(
+          "reformer has no strictly causal form: later tokens' hashes move earlier tokens between "
+          "chunks, so past outputs depend on the future (set trax_causal=True for trax's form anyway)")
     batch, length, heads, dim = query.shape
     mask = common.default_mask(mask, batch, length)
     n_buckets, chunk, padded = lsh_sizes(length, cfg.n_buckets, cfg.chunk_len)

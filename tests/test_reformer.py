@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attention_zoo import reformer
-from tests.attention_probe import create, effective_matrix, random_qkv
+from tests.attention_probe import create, effective_matrix, init_and_apply, random_qkv
 from tests.dense_reference import padded_mask, run_core
 
 
@@ -61,7 +61,7 @@ def middle_and_end_mask(batch, length):
 
 @pytest.mark.parametrize("length, overrides, scale", [
     (37, {"chunk_len": 8}, 1.0),
-    (45, {"chunk_len": 6, "n_hashes": 2, "causal": True}, 1.0),
+    (45, {"chunk_len": 6, "n_hashes": 2, "causal": True, "trax_causal": True}, 1.0),
     (41, {"chunk_len": 5, "n_hashes": 3, "n_buckets": 6}, 1.0),
     (41, {"chunk_len": None, "n_buckets": 4, "mask_self": False, "normalize_keys": False,
           "lra_sqrt_d_quirk": True}, 0.3),                                   # LRA's form
@@ -92,7 +92,7 @@ def test_support_is_within_two_chunks_and_excludes_self():
   p = effective_matrix(create("reformer", chunk_len=4), q, k)[0]
   assert np.all((p > 0).sum(-1) <= 7) and np.all(np.diag(p) == 0)
   np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-5)
-  p_causal = effective_matrix(create("reformer", chunk_len=4, causal=True), q, k)[0]
+  p_causal = effective_matrix(create("reformer", chunk_len=4, causal=True, trax_causal=True), q, k)[0]
   assert p_causal[0, 0] == pytest.approx(1.0) and np.all(np.triu(p_causal, 1) == 0)
 
 
@@ -117,3 +117,9 @@ def test_sizes_follow_the_length_and_configs_are_checked():
   for bad in ({"n_buckets": 5}, {"n_hashes": 0}, {"chunk_len": None}, {"redraw": "sometimes"}):
     with pytest.raises(ValueError):
       create("reformer", **bad)
+
+
+def test_plain_causal_is_refused_because_chunks_depend_on_the_future():
+  q, k, v = random_qkv(0, 1, 16, 1, 4, 4)
+  with pytest.raises(NotImplementedError, match="trax_causal"):
+    init_and_apply(create("reformer", causal=True), q, k, v)
