@@ -1,6 +1,7 @@
 """The Combiner protocol: the official LRA configs, with Pathfinder on the intermediate difficulty.
 
-``pathfinder32_inter`` = contour length 9 (the release's ``curv_contour_length_9`` folder).
+``pathfinder32_inter`` = contour length 9 (the release's ``curv_contour_length_9`` folder;
+docs/lra_protocol.md §5, docs/generators.md §2.2).
 
   lra-bench data prepare pathfinder --protocol combiner
   lra-bench train --task pathfinder --attention combiner_fixed --protocol combiner --workdir runs/pf_comb

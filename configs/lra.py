@@ -2,7 +2,8 @@
 
 Values are the repo's ``lra_benchmarks/<task>/configs/base_*_config.py`` plus the model's
 ``transformer_base.py``; the repo configs are authoritative over the paper appendix (as its maintainers
-said in LRA issues #17 and #21).
+said in LRA issues #17 and #21). The settings and the model are written out in docs/lra_protocol.md
+(§2 per-task table, §3 model).
 
   lra-bench train --task listops --attention vanilla --protocol lra --workdir runs/listops_vanilla
 """

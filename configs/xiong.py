@@ -2,7 +2,9 @@
 every task — 2 layers, 64-dim, 2 heads of 32, FFN 128, mean pooling, learned positions, AdamW at 1e-4
 with linear warm-up and linear decay, no weight decay.
 
-Source: mlpen/Nystromformer ``LRA/code/lra_config.py`` (its model and training blocks, read 2026). Path-X is not in that protocol; it gets the Pathfinder training settings at 16K here.
+Source: mlpen/Nystromformer ``LRA/code/lra_config.py`` (its model and training blocks, read 2026;
+summarised in docs/lra_protocol.md §6). Path-X is not in that protocol; it gets the Pathfinder training
+settings at 16K here.
 Evaluation covers the full validation split (the original ran a fixed number of eval batches), and the
 data keep the task lengths (the original padded max_seq_len up to a power of 2: 2048, 4096).
 

@@ -1,7 +1,7 @@
 """ListOps (LRA variant): a seeded generator faithful to the LRA generator, a reader for its TSV files
 (ours or the official ``lra_release/listops-1000``), and a deterministic tokenizer.
 
-Spec: ../shared/research/generators.md §1. Files: ``<data_dir>/listops-1000/<name>_{train,val,test}.tsv``
+Spec: docs/generators.md §1. Files: ``<data_dir>/listops-1000/<name>_{train,val,test}.tsv``
 with header ``Source\\tTarget`` and CRLF line ends (Python's csv default, as the original wrote them).
 
 Differences from the original, on purpose:
@@ -49,7 +49,7 @@ class _TooLong(Exception):
 
 def generate_tree(rng: random.Random, *, max_depth: int = 10, max_args: int = 10,
                   value_p: float = 0.25, budget: int | None = None) -> tuple[Tree, int]:
-  """One random tree from depth 1, as the LRA generator (generators.md §1.2).
+  """One random tree from depth 1, as the LRA generator (docs/generators.md §1.2).
 
   Returns (tree, length) where length counts operator, value and ``]`` tokens. Raises ``_TooLong`` as
   soon as the length reaches ``budget`` (such a tree would be rejected by the length filter anyway).

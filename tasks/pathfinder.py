@@ -1,7 +1,7 @@
 """Pathfinder (32x32, LRA "Pathfinder") and Path-X (128x128): the release layout, a generator that writes
 it (``tasks.pathfinder_gen``), and a reader for it (generated here or the official ``lra_release``).
 
-Layout (generators.md §2.6), under ``<data_dir>`` or ``<data_dir>/lra_release`` (and under
+Layout (docs/generators.md §2.6), under ``<data_dir>`` or ``<data_dir>/lra_release`` (and under
 ``<data_dir>/<name>`` for a named variant such as the smoke protocol's):
 
   pathfinder<W>/<difficulty dir>/imgs/<batch>/sample_<i>.png

@@ -1,7 +1,7 @@
 """A seeded, vectorized re-implementation of the Pathfinder generator (Linsley et al. 2018) with the
 per-resolution parameters of LRA's ``Pathfinder32/64/128/256`` builders.
 
-Spec: ../shared/research/generators.md §2 (primitives §2.3, extension step §2.4, per-image algorithm §2.5).
+Spec: docs/generators.md §2 (primitives §2.3, extension step §2.4, per-image algorithm §2.5).
 The distribution is the original's; the speed comes from three things, none of which changes it:
 
 - Paddle stamps (line, keep-out mask, dilated mask, seed exclusion kernel) depend only on the orientation,
@@ -55,7 +55,7 @@ class Resolution:
     return contour_length // 3   # Python-2 integer division, as the 2019 code ran
 
   def num_distractors(self, contour_length: int) -> int:
-    # Recomputed per difficulty (generators.md §2.9.2; LRA's docstrings compute it for contour 14).
+    # Recomputed per difficulty (docs/generators.md §2.9.2; LRA's docstrings compute it for contour 14).
     return self.distractor_budget // self.distractor_length(contour_length)
 
 
@@ -69,7 +69,7 @@ CONTOUR_LENGTHS = (6, 9, 14)
 
 
 # ----------------------------------------------------------------------------------------------------
-# Classic scipy.misc semantics (generators.md §2.3)
+# Classic scipy.misc semantics (docs/generators.md §2.3)
 
 
 def bytescale(a: np.ndarray) -> np.ndarray:
@@ -164,7 +164,7 @@ class Geometry:
     self.Wp = W + 2 * self.P
 
     # Extension candidates: integer offsets on the circle of radius L + m (one pixel of arc apart),
-    # truncated, unique, sorted lexicographically (generators.md §2.4 step 3).
+    # truncated, unique, sorted lexicographically (docs/generators.md §2.4 step 3).
     rho = L + m
     degrees = np.arange(0.0, 360.0, 360.0 / (2 * math.pi * rho))
     rad = np.deg2rad(degrees)
@@ -182,8 +182,9 @@ class Geometry:
     self.dmask = np.stack([dilate(np.pad(s, m), small) for s in self.mask])  # [360 + K, S + 2m, S + 2m]
     self.small_offsets = np.argwhere(small > 0) - (m, m)
 
-    # Seed exclusion kernels (seed_struct, §2.3): the paddle mask at start [L+m+1, L+m+1] on a canvas of
-    # side 2(L+m)+1, cast to uint8 (only exact 1.0 survives), anchored at the canvas centre.
+    # Seed exclusion kernels (seed_struct, docs/generators.md §2.3): the paddle mask at start
+    # [L+m+1, L+m+1] on a canvas of side 2(L+m)+1, cast to uint8 (only exact 1.0 survives), anchored at
+    # the canvas centre.
     side = 2 * (L + m) + 1
     self.seed_offsets = []
     for d in range(360):
@@ -326,7 +327,7 @@ class _Attempts:
     flat[ids] = np.maximum(flat[ids], self._dmask_flat[stamp])
 
   def extend(self, snakes: _Snakes, continuity: float) -> np.ndarray:
-    """One extension step (generators.md §2.4) of every alive attempt; returns ok [n]."""
+    """One extension step (docs/generators.md §2.4) of every alive attempt; returns ok [n]."""
     g, rng, rows = self.geo, self.rng, self.idx
     n, Wp = len(rows), g.Wp
     pivot = translate(snakes.pivot, snakes.theta, g.L + 2 * g.m)                  # [n, 2]
@@ -459,7 +460,8 @@ def distractor(geo: Geometry, mask: np.ndarray, length: int, rng: np.random.Gene
 
 
 def render_marker(centre, radius: float, aa: int, window: int) -> np.ndarray:
-  """A soft disk in [0, 1]: a hi-res 0/1 disk of radius r*aa at centre*aa, Lanczos-resized (§2.3)."""
+  """A soft disk in [0, 1]: a hi-res 0/1 disk of radius r*aa at centre*aa, Lanczos-resized
+  (docs/generators.md §2.3)."""
   side = window * aa
   y, x = np.ogrid[:side, :side]
   cy, cx = centre[0] * aa, centre[1] * aa
@@ -508,7 +510,7 @@ class Sample:
 
 def generate_image(resolution: int, contour_length: int, rng: np.random.Generator,
                    pools: dict, distractors: bool = True) -> Sample:
-  """One Pathfinder image (generators.md §2.5). ``pools`` caches TargetPools by margin across images."""
+  """One Pathfinder image (docs/generators.md §2.5). ``pools`` caches TargetPools by margin across images."""
   res = RESOLUTIONS[resolution]
   label = int(rng.integers(0, 2))
   margin = int(res.margins[rng.integers(0, len(res.margins))])
