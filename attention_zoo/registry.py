@@ -2,7 +2,7 @@
 
 An attention *core* is a ``flax.linen.Module`` whose single field is ``config`` (a frozen dataclass
 deriving from :class:`AttentionConfig`). It maps ``query, key [B, L, H, D]`` and ``value [B, L, H, V]``
-to ``[B, L, H, V]``; it owns no projections (``lra_bench.models`` does).
+to ``[B, L, H, V]``; it owns no projections (``lra_bench.training.models`` does).
 
 Register one with a decorator; variants of one method register the same class under several names with
 different config classes::

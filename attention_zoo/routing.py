@@ -22,8 +22,8 @@ the cost grows like L^1.5 (core FLOPs slope ≈ 1.5); longer inputs with the sam
 Centroids: the shared EMA spherical k-means of ``attention_zoo.clustering`` (collection
 ``"centroids"``, variable ``means`` [H, K, D], the same collection as ``combiner_learnable``). Each
 token's nearest centroid (not the top-W windows) drives the update, which happens only when training:
-``deterministic=False`` AND the collection is mutable (``lra_bench.train`` passes every non-``params``
-collection of the model state as mutable in its train step, and nothing mutable in evaluation)::
+``deterministic=False`` AND the collection is mutable (``lra_bench.training.steps.train_step`` passes
+every non-``params`` collection of the model state as mutable, and evaluation passes nothing mutable)::
 
     out, updates = core.apply(variables, q, k, v, mask, deterministic=False, rngs=...,
                               mutable=["centroids"])

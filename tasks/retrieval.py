@@ -4,7 +4,8 @@ Files: ``<data_dir>/lra_release/tsv_data/new_aan_pairs.{train,eval,test}.tsv`` (
 no header, tab-separated columns ``label id1 id2 text1 text2`` (label 0/1, possibly written ``1.0``).
 Each text becomes bytes + 1 (vocab 257), truncated to ``max_length`` (4000 per document in LRA). Batches
 are ``{"inputs1", "inputs2", "targets"}`` and go through the shared dual encoder of
-``lra_bench.models.Classifier`` (one encoder for both documents, head over [u, v, u*v, u-v]) — the original
+``lra_bench.training.models.Classifier`` (one encoder for both documents, head over [u, v, u*v, u-v] as
+the paper's eq. 1; docs/lra_protocol.md §3.5) — the original
 code fed them to single-input encoders and crashed (LRA issues #39/#42).
 
 Every file is validated once per process in one streaming pass (column count, label), so a malformed

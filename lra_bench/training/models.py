@@ -5,7 +5,9 @@ its ``layers/common_layers.py`` and ``classifier_head``): token embedding N(0, 1
 (N(0, 0.02)) positions, optional learned CLS vector prepended, pre-LN blocks [LN -> multi-head attention
 -> dropout -> residual; LN -> Dense -> GELU -> dropout -> Dense -> dropout -> residual], final LayerNorm,
 pooling (CLS / MEAN / SUM / MAX), head Dense(mlp) -> ReLU -> Dense(classes). Two-input tasks share one
-encoder and classify [u, v, u*v, u-v] (the LRA dual encoder).
+encoder and classify [u, v, u*v, u-v] (the LRA paper's dual encoder, eq. 1; the LRA code's default head
+concatenated [u, v] only and its Retrieval runs crashed: docs/lra_protocol.md §3.5). Model facts:
+docs/lra_protocol.md §3.
 
 Axis legend: ``B`` batch, ``T`` tokens, ``E`` embedding, ``H`` heads, ``D`` head dim, ``C`` classes.
 """
