@@ -14,9 +14,12 @@ key slot inside a block), ``M`` outputs of the sort net (blocks seen at init).
    operator: ``n_iters`` alternating row/column log-normalisations of ``R / temperature``, then exp.
    Key blocks without a real token, query blocks without one, and (causal) key blocks ``J >= I`` are
    masked out of P.
-5. The sorted block of query block I: at every slot s, the P-weighted mixture of the real keys (and
-   values) at slot s of the key blocks: ``k̃[I, s] = Σ_J P[I, J] m[J, s] k[J, s] / Σ_J P[I, J] m[J, s]``
-   (m = key mask); a slot with no real key in any mixed block is masked.
+5. The sorted block of query block I: at every slot s, the P-weighted sum of the real keys (and
+   values) at slot s of the key blocks, the paper's ``P·K``: ``k̃[I, s] = Σ_J P[I, J] m[J, s] k[J, s]``
+   (m = key mask); a slot with no real key in any mixed block is masked. It is not renormalised by
+   ``Σ_J P[I, J] m[J, s]``: where P concentrates on a partly padded block that weight tends to 0 during
+   training, and dividing by it sent the smoke ListOps run to NaN at step 80. So the rows of the
+   effective matrix sum to at most 1 (exactly 1 when no mixed block is partly padded).
 6. Each query attends to its own block and to its sorted block with ONE softmax over both
    (``common.joint_masked_attention``); causal: own block by position, sorted part from earlier blocks.
 
@@ -31,9 +34,7 @@ Differences from the reference code (LRA ``sinkhorn_transformer/sinkhorn_attenti
   past and future).
 - **Sorted keys**: LRA's ``einsum('bskhd,bnhl->bsnhd')`` sums its two block indices separately, so
   every "sorted" block was the sum of ALL key blocks and the sort net had no effect (P's rows sum to 1);
-  here the sorted block is the P-mixture above. Slot mixtures are renormalised over real keys, so
-  padding cannot take weight and rows of the effective matrix sum to 1 (for the softmax activation
-  without padding this equals the plain P-mixture).
+  here the sorted block is the P-mixture above, over real keys only, so padding takes no weight.
 - **One softmax**: LRA ran two separate softmaxes (own block, sorted block) and ADDED the outputs
   (rows summing to 2); here one softmax covers both parts, as in the paper.
 - **Padding**: summaries exclude padded keys (LRA summed them), padded keys and values never enter a
@@ -82,6 +83,7 @@ class SinkhornConfig(AttentionConfig):
   grouping: str = "contiguous"
 
   paper_name = "Sinkhorn Trans."
+  rows_sum_to_one = False  # at most 1: the sorted block is P·K over real keys, not renormalised
 
   def __post_init__(self):
     for field, allowed in (("sort_activation", ("softmax", "sinkhorn")),
@@ -187,13 +189,11 @@ def _attend(qb, kb, vb, mb, perm, causal, dropout):
   perm [B, H, I, J] -> [B, N, S, H, V]."""
   acc = common.accum_dtype(kb, perm)
   weight = jnp.einsum("bhij,bjs->bhis", perm, mb.astype(acc))                        # [B, H, I, K]
-  inverse = 1.0 / jnp.where(weight > 0, weight, 1.0)
 
   def mix(x):
-    """P-mixture of the real entries at each slot: [B, N, S, H, X] -> [B, N, S, H, X]."""
+    """P-weighted sum of the real entries at each slot: [B, N, S, H, X] -> [B, N, S, H, X]."""
     real = jnp.where(mb[..., None, None], x, 0).astype(acc)
-    mixed = jnp.einsum("bhij,bjshx->bishx", perm, real)
-    return jnp.einsum("bishx,bhis->bishx", mixed, inverse).astype(x.dtype)
+    return jnp.einsum("bhij,bjshx->bishx", perm, real).astype(x.dtype)
 
   own_logits = common.dot_logits(qb, kb, "bnqhd,bnkhd->bhnqk")
   sorted_logits = common.dot_logits(qb, mix(kb), "bnqhd,bnkhd->bhnqk")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attention_zoo import sinkhorn
-from tests.attention_probe import create, random_qkv
+from tests.attention_probe import create, effective_matrix, random_qkv
 from tests.dense_reference import padded_mask
 
 
@@ -61,8 +61,8 @@ def sinkhorn_reference(q, k, v, mask, kernel, bias, *, size, grouping="contiguou
         for s in range(size):
           w = perm[i] * m[:, s]
           if w.sum() > 0:
-            keys.append(sum(w[j] * key_at(j, s) for j in range(num)) / w.sum())
-            vals.append(sum(w[j] * val_at(j, s) for j in range(num)) / w.sum())
+            keys.append(sum(w[j] * key_at(j, s) for j in range(num)))  # P·K over real entries
+            vals.append(sum(w[j] * val_at(j, s) for j in range(num)))
         for s in range(size):
           p = pos[i, s]
           if p >= length or not real[b, p]:
@@ -134,3 +134,15 @@ def test_grouping_and_unsupported_causal_forms():
       init_apply(create("sinkhorn", causal=True, **bad), q, k, v)
   with pytest.raises(ValueError):
     create("sinkhorn", grouping="diagonal")
+
+
+def test_rows_sum_to_at_most_one_and_to_one_without_partial_blocks():
+  """The sorted block is P·K over real keys (not renormalised): rows of the effective matrix sum to at
+  most 1, and to exactly 1 when every mixed block is full (no padding, L a multiple of the block)."""
+  q, k, _ = random_qkv(3, 2, 36, 1, 8, 1)
+  mask = padded_mask(2, 36, 7)
+  p = effective_matrix(create("sinkhorn", block_size=6), q, k, mask)
+  real = np.asarray(mask)
+  assert np.all(p.sum(-1)[real] <= 1.0 + 1e-5) and np.all(p >= -1e-7)
+  assert np.any(p.sum(-1)[real] < 1.0 - 1e-3), "a partly padded block must leave some rows below 1"
+  np.testing.assert_allclose(p[1].sum(-1), 1.0, atol=1e-5)  # example 1 has no padding: 6 full blocks
