@@ -54,20 +54,55 @@ def colors(names: Sequence[str]) -> dict[str, tuple]:
 MARKERS = "osD^v<>pPh*X"
 
 
-def plain_log_ticks(ax, axis: str = "both") -> None:
-  """Tick labels like 0.5, 2, 1e+10 instead of 5x10^-1 on log axes."""
+def nice_log_ticks(lo: float, hi: float, max_ticks: int = 8) -> list[float]:
+  """At least 2 readable tick values in [lo, hi] (lo > 0) for a log axis, whatever its span.
+
+  Tries 1·10^k, then 1/2/5·10^k, then 1..9·10^k; when even those give fewer than 3 values (a span well
+  under a decade) falls back to evenly spaced round numbers. Wide spans are thinned to ``max_ticks``.
+  """
   import matplotlib.ticker as ticker
 
-  fmt = ticker.FuncFormatter(lambda v, _: f"{v:g}")
-  for name in ("x", "y") if axis == "both" else (axis,):
-    which = getattr(ax, f"{name}axis")
-    which.set_major_formatter(fmt)
-    which.set_minor_formatter(ticker.NullFormatter())
+  exponents = range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+  for subs in ((1,), (1, 2, 5), tuple(range(1, 10))):
+    ticks = [s * 10.0 ** e for e in exponents for s in subs if lo <= s * 10.0 ** e <= hi]
+    if len(ticks) >= 3:
+      step = int(np.ceil(len(ticks) / max_ticks))
+      return ticks[::step]
+  linear = [float(t) for t in ticker.MaxNLocator(4).tick_values(lo, hi) if lo <= t <= hi and t > 0]
+  return linear if len(linear) >= 2 else [lo, hi]
+
+
+def set_log_axis(ax, axis: str, values, base: float = 10.0, ticks: Sequence[float] | None = None) -> None:
+  """Log scale on ``axis`` with limits a little wider than ``values`` and plain labelled ticks."""
+  import matplotlib.ticker as ticker
+
+  values = np.asarray(values, float)
+  values = values[np.isfinite(values) & (values > 0)]
+  which = getattr(ax, f"{axis}axis")
+  getattr(ax, f"set_{axis}scale")("log", base=base)
+  if values.size == 0:
+    return
+  lo, hi = float(values.min()), float(values.max())
+  pad = max(np.log10(hi / lo) * 0.08, 0.05)
+  lo, hi = lo / 10 ** pad, hi * 10 ** pad
+  getattr(ax, f"set_{axis}lim")(lo, hi)
+  ticks = [t for t in ticks if lo <= t <= hi] if ticks is not None else nice_log_ticks(lo, hi)
+  which.set_major_locator(ticker.FixedLocator(ticks))
+  which.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+  which.set_minor_formatter(ticker.NullFormatter())
+
+
+def _slope_text(value: float | None) -> str:
+  return "  –  " if value is None else f"{value:5.2f}"
 
 
 def scaling_figure(series: Mapping[str, Mapping[str, Sequence]], panels: Sequence[tuple[str, str]],
-                   title: str, out_stem: str) -> list[str]:
+                   title: str, out_stem: str, legend_columns: int = 3) -> list[str]:
   """Log-log curves vs sequence length, one line per attention, one panel per metric.
+
+  One legend for the whole figure, below the panels: each entry is an attention with its fitted slopes
+  (log y on log length), one per panel, abbreviated by the panel metric's first letter
+  (``"performer  t 0.98 · m 1.02 · f 1.00"``).
 
   Args:
     series: ``{attention: {"length": [...], "<metric>": [...], "<metric>_lo"/"_hi": [...] (optional
@@ -75,70 +110,141 @@ def scaling_figure(series: Mapping[str, Mapping[str, Sequence]], panels: Sequenc
     panels: ``[(metric, y label), ...]``.
     title: figure title.
     out_stem: path without extension (``.png`` and ``.svg`` are written).
+    legend_columns: columns of the shared legend.
   """
   plt = pyplot()
+  import matplotlib.lines as mlines
   import matplotlib.transforms as mtransforms
 
   palette = colors(list(series))
-  fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.2), squeeze=False)
+  names = sorted(series)
+  rows = int(np.ceil(len(names) / legend_columns))
+  panel_h, legend_h = 3.4, 0.35 + 0.16 * rows
+  height = panel_h + 1.0 + legend_h
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), height), squeeze=False)
+  fig.subplots_adjust(left=0.06, right=0.99, wspace=0.28, top=1 - 0.45 / height,
+                      bottom=(legend_h + 0.55) / height)
+  slopes = {name: [] for name in names}
+  lengths = sorted({float(x) for s in series.values() for x in s["length"]}
+                   | {float(x) for s in series.values() for x in s.get("failed_length", ())})
   for ax, (metric, label) in zip(axes[0], panels):
-    drawn = False
-    for i, (name, s) in enumerate(sorted(series.items())):
+    ys = []
+    for i, name in enumerate(names):
+      s = series[name]
       x = np.asarray(s["length"], float)
       y = np.asarray(s.get(metric, [np.nan] * len(x)), float)
       keep = np.isfinite(y) & (y > 0)
+      slopes[name].append(fit_slope(x[keep], y[keep]) if keep.any() else None)
       if keep.any():
-        slope = fit_slope(x[keep], y[keep])
-        legend = f"{name} (slope {slope:.2f})" if slope is not None else name
+        ys += list(y[keep])
         lo, hi = s.get(f"{metric}_lo"), s.get(f"{metric}_hi")
         yerr = None
         if lo is not None and hi is not None:
           yerr = np.abs(np.vstack([y[keep] - np.asarray(lo, float)[keep],
                                    np.asarray(hi, float)[keep] - y[keep]]))
+          ys += [v for v in np.asarray(lo, float)[keep] if v > 0] + list(np.asarray(hi, float)[keep])
         ax.errorbar(x[keep], y[keep], yerr=yerr, color=palette[name], marker=MARKERS[i % len(MARKERS)],
-                    markersize=4, linewidth=1.4, capsize=2, label=legend)
-        drawn = True
-      failed = [(length, status) for length, status in zip(s.get("failed_length", ()),
-                                                          s.get("failed_status", ()))]
+                    markersize=4, linewidth=1.4, capsize=2)
+      failed = list(zip(s.get("failed_length", ()), s.get("failed_status", ())))
       if failed:  # at the top edge: x in data coordinates, y in axes coordinates
         trans = mtransforms.blended_transform_factory(ax.transData, ax.transAxes)
         ax.scatter([f[0] for f in failed], [0.97] * len(failed), transform=trans, marker="x", s=40,
                    color=palette[name], zorder=5, clip_on=False)
-    ax.set_xscale("log", base=2)
-    if drawn:
-      ax.set_yscale("log")
-      plain_log_ticks(ax, "y")
+    step = int(np.ceil(len(lengths) / 7)) if lengths else 1
+    set_log_axis(ax, "x", lengths, base=2, ticks=lengths[::step])
+    set_log_axis(ax, "y", ys)
     ax.set_xlabel("sequence length")
     ax.set_ylabel(label)
     ax.grid(True, which="both", alpha=0.3)
-    if drawn:
-      ax.legend(fontsize=7, loc="lower right")
+  handles, labels = [], []
+  width = max((len(n) for n in names), default=0)
+  for i, name in enumerate(names):
+    handles.append(mlines.Line2D([], [], color=palette[name], marker=MARKERS[i % len(MARKERS)], markersize=4))
+    labels.append(f"{name:<{width}} " + " · ".join(f"{metric[0]} {_slope_text(v)}"
+                                                  for (metric, _), v in zip(panels, slopes[name])))
+  if handles:
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.01), ncol=legend_columns,
+               fontsize=7, prop={"family": "monospace", "size": 7}, frameon=False, handlelength=1.5,
+               columnspacing=1.5, title="fitted slope of log y on log length: "
+               + ", ".join(f"{metric[0]} = {metric}" for metric, _ in panels), title_fontsize=8)
   fig.suptitle(title + "  (× at the top: OOM or failed at that length)", fontsize=10)
-  fig.tight_layout()
   return save(fig, out_stem + ".png", out_stem + ".svg")
+
+
+def pareto_front(points: Sequence[dict]) -> set[str]:
+  """Names of the points no other point beats on both speed and accuracy."""
+  return {p["name"] for p in points
+          if not any(q["speed"] >= p["speed"] and q["accuracy"] >= p["accuracy"]
+                     and (q["speed"], q["accuracy"]) != (p["speed"], p["accuracy"]) for q in points)}
+
+
+def place_labels(anchors: np.ndarray, sizes: np.ndarray, obstacles: Sequence[tuple] = ()) -> np.ndarray:
+  """Deterministic label placement in display units (points/pixels): centre per label, no overlaps.
+
+  ``anchors`` [N, 2] are the points, ``sizes`` [N, 2] the label boxes (width, height), ``obstacles``
+  extra boxes (x0, y0, x1, y1) to avoid. Each label in turn takes the first candidate centre, on
+  rings of growing radius around its anchor, whose box overlaps no label placed before nor an obstacle.
+  """
+  placed = [tuple(o) for o in obstacles]
+  centres = np.zeros_like(anchors, dtype=float)
+  angles = np.deg2rad([90, 270, 0, 180, 45, 135, 315, 225, 22.5, 157.5, 202.5, 337.5, 67.5, 112.5, 247.5, 292.5])
+  for i, ((x, y), (w, h)) in enumerate(zip(anchors, sizes)):
+    best = None
+    for radius in np.arange(0.0, 400.0, 6.0):
+      for angle in (angles if radius else [0.0]):
+        cx, cy = x + radius * np.cos(angle), y + (radius + (h / 2 if radius else 0.0)) * np.sin(angle)
+        box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+        if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+          best = (cx, cy, box)
+          break
+      if best:
+        break
+    if best is None:
+      best = (x, y, (x - w / 2, y - h / 2, x + w / 2, y + h / 2))
+    centres[i] = best[:2]
+    placed.append(best[2])
+  return centres
 
 
 def bubble_figure(points: Sequence[dict], title: str, xlabel: str, out_stem: str) -> list[str]:
   """LRA Fig. 3: average accuracy (y) vs speed (x), bubble area proportional to memory.
 
-  ``points``: ``[{"name", "speed", "accuracy", "memory_bytes"}, ...]``.
+  Every bubble is labelled; labels are moved away from each other deterministically (``place_labels``)
+  with a leader line back to their bubble. The Pareto front (fastest for its accuracy) is labelled in
+  bold. ``points``: ``[{"name", "speed", "accuracy", "memory_bytes"}, ...]``.
   """
   plt = pyplot()
   palette = colors([p["name"] for p in points])
-  fig, ax = plt.subplots(figsize=(6.4, 4.6))
+  points = sorted(points, key=lambda p: p["name"])
+  fig, ax = plt.subplots(figsize=(9.0, 6.4))
+  fig.subplots_adjust(left=0.08, right=0.98, bottom=0.09, top=0.94)
   memories = np.asarray([p["memory_bytes"] or 0.0 for p in points], float)
-  scale = 1500.0 / memories.max() if memories.max() > 0 else 0.0
-  for p, memory in zip(points, memories):
-    ax.scatter(p["speed"], p["accuracy"], s=max(memory * scale, 20.0), color=palette[p["name"]],
-               alpha=0.55, edgecolors="black", linewidths=0.6)
-    ax.annotate(p["name"], (p["speed"], p["accuracy"]), fontsize=7, ha="center", va="center")
-  ax.set_xscale("log")
-  ax.xaxis.set_minor_formatter(__import__("matplotlib.ticker").ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-  plain_log_ticks(ax, "x")
+  scale = 1200.0 / memories.max() if memories.max() > 0 else 0.0
+  speeds = np.asarray([p["speed"] for p in points], float)
+  accuracy = np.asarray([p["accuracy"] for p in points], float)
+  areas = np.maximum(memories * scale, 20.0)
+  ax.scatter(speeds, accuracy, s=areas, c=[palette[p["name"]] for p in points], alpha=0.5,
+             edgecolors="black", linewidths=0.6, zorder=2)
+  set_log_axis(ax, "x", speeds)
+  span = float(np.ptp(accuracy)) if len(accuracy) else 0.0
+  pad = max(span * 0.12, 0.5)
+  ax.set_ylim(float(accuracy.min()) - pad, float(accuracy.max()) + pad)
   ax.set_xlabel(xlabel)
   ax.set_ylabel("average accuracy (%)")
   ax.grid(True, which="both", alpha=0.3)
-  ax.set_title(title, fontsize=10)
-  ax.margins(0.15)
-  fig.tight_layout()
+  ax.set_title(title, fontsize=9)
+  front = pareto_front(points) | {"vanilla", "flash"}
+  fontsize, pt_px = 6.5, fig.dpi / 72.0
+  anchors = ax.transData.transform(np.column_stack([speeds, accuracy])) if len(points) else np.zeros((0, 2))
+  sizes = np.asarray([[(0.62 * len(p["name"]) + 0.4) * fontsize * pt_px, 1.3 * fontsize * pt_px]
+                      for p in points]).reshape(-1, 2)
+  dots = [(x - 2, y - 2, x + 2, y + 2) for x, y in anchors]
+  centres = place_labels(anchors, sizes, dots)
+  to_data = ax.transData.inverted()
+  for p, anchor, centre in zip(points, anchors, centres):
+    moved = np.hypot(*(centre - anchor)) > 1.0
+    ax.annotate(p["name"], (p["speed"], p["accuracy"]), xytext=tuple(to_data.transform(centre)),
+                textcoords="data", fontsize=fontsize, ha="center", va="center", zorder=4,
+                fontweight="bold" if p["name"] in front else "normal",
+                arrowprops=dict(arrowstyle="-", color="0.4", lw=0.5, shrinkA=0, shrinkB=0) if moved else None)
   return save(fig, out_stem + ".png", out_stem + ".svg")

@@ -106,14 +106,15 @@ def plot_attention_grid(names: Sequence[str], out_stem: str, length: int = 64,
     return [], errors
   cols = min(4, len(matrices))
   rows = math.ceil(len(matrices) / cols)
-  fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.7 * rows), squeeze=False)
+  # constrained layout reserves room for the suptitle above the first row of panel titles
+  fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.7 * rows + 0.4), squeeze=False,
+                           layout="constrained")
   for ax in axes.flat[len(matrices):]:
     ax.axis("off")
   for ax, (name, matrix) in zip(axes.flat, matrices.items()):
     _draw(ax, matrix, name)
   fig.suptitle(f"Effective attention (one head, random q/k, L={length}; row = query, column = key)",
                fontsize=10)
-  fig.tight_layout()
   return plots.save(fig, out_stem + ".png", out_stem + ".svg"), errors
 
 
