@@ -234,17 +234,19 @@ def bubble_figure(points: Sequence[dict], title: str, xlabel: str, out_stem: str
   ax.grid(True, which="both", alpha=0.3)
   ax.set_title(title, fontsize=9)
   front = pareto_front(points) | {"vanilla", "flash"}
-  fontsize, pt_px = 6.5, fig.dpi / 72.0
   anchors = ax.transData.transform(np.column_stack([speeds, accuracy])) if len(points) else np.zeros((0, 2))
-  sizes = np.asarray([[(0.62 * len(p["name"]) + 0.4) * fontsize * pt_px, 1.3 * fontsize * pt_px]
-                      for p in points]).reshape(-1, 2)
+  labels = [ax.annotate(p["name"], (p["speed"], p["accuracy"]), textcoords="data", fontsize=6.5, ha="center",
+                        va="center", zorder=4, fontweight="bold" if p["name"] in front else "normal")
+            for p in points]
+  renderer = fig.canvas.get_renderer()
+  sizes = np.asarray([[b.width + 3.0, b.height + 2.0] for b in
+                      (label.get_window_extent(renderer) for label in labels)]).reshape(-1, 2)
   dots = [(x - 2, y - 2, x + 2, y + 2) for x, y in anchors]
   centres = place_labels(anchors, sizes, dots)
   to_data = ax.transData.inverted()
-  for p, anchor, centre in zip(points, anchors, centres):
-    moved = np.hypot(*(centre - anchor)) > 1.0
-    ax.annotate(p["name"], (p["speed"], p["accuracy"]), xytext=tuple(to_data.transform(centre)),
-                textcoords="data", fontsize=fontsize, ha="center", va="center", zorder=4,
-                fontweight="bold" if p["name"] in front else "normal",
-                arrowprops=dict(arrowstyle="-", color="0.4", lw=0.5, shrinkA=0, shrinkB=0) if moved else None)
+  for label, anchor, centre in zip(labels, anchors, centres):
+    label.xyann = tuple(to_data.transform(centre))
+    if np.hypot(*(centre - anchor)) > 1.0:  # a leader line back to the bubble's centre
+      ax.annotate("", (label.xy), xytext=label.xyann, textcoords="data", zorder=3,
+                  arrowprops=dict(arrowstyle="-", color="0.4", lw=0.5, shrinkA=3, shrinkB=0))
   return save(fig, out_stem + ".png", out_stem + ".svg")
