@@ -1,7 +1,13 @@
 """Vanilla softmax attention: every query attends to every (allowed) key. O(L^2) time and memory.
 
 Axis legend: ``B`` batch, ``Q`` query positions, ``K`` key positions (both of length L), ``H`` heads,
-``D`` query/key head dim, ``V`` value dim.
+``D`` query/key head dim, ``V`` value dim, ``N`` = B·H (batch and heads merged).
+
+Layout: the core works on [N, L, X] arrays (batch and heads merged into one leading axis), not on
+[B, H, Q, K]. With a size-1 axis (batch 1) XLA:CPU lays the 4-D logits out so that the key gradient
+needs a transposed copy of the [Q, K] weight gradient and the forward a transposed key; the 3-D layout
+lets it contract the weight gradient in place (one fewer L² pass). Measured fwd+bwd, B=1, H=4, D=64,
+L=1024: 108 ms -> 59 ms; batch 8 unchanged (see ``scripts/compare_kernels.py``).
 """
 
 from __future__ import annotations
@@ -31,12 +37,25 @@ class VanillaAttention(nn.Module):
   def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,
                mask: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
-    batch, length = query.shape[:2]
+    batch, length, heads = query.shape[:3]
     mask = common.default_mask(mask, batch, length)
-    logits = common.dot_logits(query, key, "bqhd,bkhd->bhqk")        # [B, H, Q, K]
-    allowed = mask[:, None, None, :]                                  # [B, 1, 1, K]
+    # Batch and heads merged into one leading axis N = B·H (see the module docstring: layout).
+    query, key, value = (merge_heads(x) for x in (query, key, value))            # [N, L, X]
+    logits = common.dot_logits(query, key, "nqd,nkd->nqk")                          # [N, Q, K]
+    allowed = jnp.repeat(mask, heads, axis=0)[:, None, :]                           # [N, 1, K]
     if self.config.causal:
-      allowed = allowed & common.causal_allowed(length, length)[None, None]
+      allowed = allowed & common.causal_allowed(length, length)[None]
     drop = common.dropout_callback(self.config.dropout_rate, deterministic)
-    out = common.masked_attention(logits, allowed, jnp.swapaxes(value, 1, 2), "bhqk,bhkv->bhqv", drop)
-    return jnp.swapaxes(out, 1, 2)                                    # [B, Q, H, V]
+    out = common.masked_attention(logits, allowed, value, "nqk,nkv->nqv", drop)     # [N, Q, V]
+    return split_heads(out, heads)                                                  # [B, Q, H, V]
+
+
+def merge_heads(x: jax.Array) -> jax.Array:
+  """[B, L, H, X] -> [B·H, L, X] (batch-major: row ``b·H + h``)."""
+  batch, length, heads, dim = x.shape
+  return jnp.swapaxes(x, 1, 2).reshape(batch * heads, length, dim)
+
+
+def split_heads(x: jax.Array, heads: int) -> jax.Array:
+  """[B·H, L, X] -> [B, L, H, X] (inverse of :func:`merge_heads`)."""
+  return jnp.swapaxes(x.reshape(-1, heads, *x.shape[1:]), 1, 2)
