@@ -40,22 +40,12 @@ class VanillaAttention(nn.Module):
     batch, length, heads = query.shape[:3]
     mask = common.default_mask(mask, batch, length)
     # Batch and heads merged into one leading axis N = B·H (see the module docstring: layout).
-    query, key, value = (merge_heads(x) for x in (query, key, value))            # [N, L, X]
+    query, key, value = (common.merge_heads(x) for x in (query, key, value))            # [N, L, X]
     logits = common.dot_logits(query, key, "nqd,nkd->nqk")                          # [N, Q, K]
     allowed = jnp.repeat(mask, heads, axis=0)[:, None, :]                           # [N, 1, K]
     if self.config.causal:
       allowed = allowed & common.causal_allowed(length, length)[None]
     drop = common.dropout_callback(self.config.dropout_rate, deterministic)
     out = common.masked_attention(logits, allowed, value, "nqk,nkv->nqv", drop)     # [N, Q, V]
-    return split_heads(out, heads)                                                  # [B, Q, H, V]
+    return common.split_heads(out, heads)                                                  # [B, Q, H, V]
 
-
-def merge_heads(x: jax.Array) -> jax.Array:
-  """[B, L, H, X] -> [B·H, L, X] (batch-major: row ``b·H + h``)."""
-  batch, length, heads, dim = x.shape
-  return jnp.swapaxes(x, 1, 2).reshape(batch * heads, length, dim)
-
-
-def split_heads(x: jax.Array, heads: int) -> jax.Array:
-  """[B·H, L, X] -> [B, L, H, X] (inverse of :func:`merge_heads`)."""
-  return jnp.swapaxes(x.reshape(-1, heads, *x.shape[1:]), 1, 2)
