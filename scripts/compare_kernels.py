@@ -49,9 +49,9 @@ def grad_fn(attention: Callable) -> Callable:
   return jax.jit(jax.grad(lambda q, k, v: jnp.sum(attention(q, k, v) ** 2), argnums=(0, 1, 2)))
 
 
-def core_fn(name: str, q) -> Callable:
+def core_fn(name: str, q, **overrides) -> Callable:
   """The registered core as a function of (q, k, v), its parameters initialised once (fixed draws)."""
-  core = attention_zoo.create_attention(name)
+  core = attention_zoo.create_attention(name, **overrides)
   variables = core.init({"params": jax.random.key(0), "attention": jax.random.key(1)}, q, q, q)
   return lambda q, k, v: core.apply(variables, q, k, v, rngs={"attention": jax.random.key(2)})
 
