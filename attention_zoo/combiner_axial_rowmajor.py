@@ -21,7 +21,8 @@ key ``k^[z, c]`` is, by ``row_summary``:
 - ``"pool"``: the row's pooled keys (``abstraction``), the same for every column.
 
 Unlike the released bidirectional code, the own row's summary is masked (no double count). Cost
-O(L (m + n) D).
+O(L (m + n) D). Batch and heads are merged into one leading axis (``common.merge_heads``): on XLA:CPU
+the [B, H, ...] layout with batch 1 costs transposed copies (fwd+bwd at B=1, L=1024: ~2x slower).
 """
 
 from __future__ import annotations
@@ -83,47 +84,50 @@ def _rowmajor(query, key, value, mask, fk, proj, rng, *, width, causal, kind, dr
   """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L]; fk: key abstraction features
   ([B, L, H, D], ``row_summary="pool"``) or None; proj: [D, D] (``"proj"``) or None.
 
-  Layouts as in Combiner-Axial: head-major row-major ``_rm`` [B, H, R, C, X] for the row attention and
-  the span summaries, column-major ``_cm`` [B, H, C, R, X] for the span logits (query (r, c) against
-  summary (z, c): same column), one softmax across both (:func:`common.grid_masked_attention`).
+  Layouts as in Combiner-Axial, with batch and heads merged into one leading axis ``N``
+  (:func:`common.merge_heads`): row-major ``_rm`` [N, R, C, X] for the row attention and the span
+  summaries, column-major ``_cm`` [N, C, R, X] for the span logits (query (r, c) against summary
+  (z, c): same column), one softmax across both (:func:`common.joint_masked_attention`).
   """
-  length = query.shape[1]
+  length, heads = query.shape[1:3]
   rows, cols = blocks.grid_shape(length, width)
-  pad = lambda x: common.pad_axis(x, cols, 1)
-  q_rm, k_rm, v_rm = (blocks.grid_layouts(pad(x), cols)[0] for x in (query, key, value))
-  valid_rm = blocks.to_blocks(common.pad_axis(mask, cols, 1, False), cols)[:, None]  # [B, 1, R, C]
+  grid = lambda x: blocks.to_blocks(common.merge_heads(common.pad_axis(x, cols, 1)), cols)  # [N, R, C, X]
+  q_rm, k_rm, v_rm = (grid(x) for x in (query, key, value))
+  valid = blocks.to_blocks(jnp.repeat(common.pad_axis(mask, cols, 1, False), heads, 0), cols)  # [N, R, C]
   dtype = v_rm.dtype
 
   # Padded positions take their row's max-pooled query, so span summaries never read padding.
-  row_query, row_nonempty = combiner_common.pool(q_rm, valid_rm, 3, "max")  # [B, H, R, D], [B, 1, R]
-  q_rm = jnp.where(valid_rm[..., None], q_rm, row_query[:, :, :, None])
+  row_query, row_nonempty = combiner_common.pool(q_rm, valid, 2, "max")       # [N, R, D], [N, R]
+  q_rm = jnp.where(valid[..., None], q_rm, row_query[:, :, None])
 
   # Row attention of every position: the direct logits and, for other rows, the span distributions
   # a[z, c, :], applied to values (v^) and, for "proj"/"wsum", to keys (the summary key), in one pass.
-  row_logits = common.dot_logits(q_rm, k_rm, "bhrcd,bhrtd->bhrct")          # [B, H, R, C, T]
-  row_keys_ok = valid_rm[:, :, :, None, :]                                   # [B, 1, R, 1, T]
+  row_logits = common.dot_logits(q_rm, k_rm, "nrcd,nrtd->nrct")              # [N, R, C, T]
+  row_keys_ok = valid[:, :, None, :]                                          # [N, R, 1, T]
   if fk is None:
-    both = common.masked_attention(row_logits, row_keys_ok,
-                                   jnp.concatenate([v_rm, k_rm.astype(dtype)], -1),
-                                   "bhzct,bhztx->bhzcx")                     # [B, H, Z, C, V + D]
-    v_hat, k_hat = both[..., :v_rm.shape[-1]], both[..., v_rm.shape[-1]:].astype(k_rm.dtype)
+    # Two contractions of the same softmax (XLA shares the exp): cheaper than one over a [V + D] concat.
+    v_hat, k_hat = (common.masked_attention(row_logits, row_keys_ok, x, "nzct,nztx->nzcx")
+                    for x in (v_rm, k_rm))                                    # [N, Z, C, V], [N, Z, C, D]
     if proj is not None:
-      k_hat = k_hat + jnp.einsum("bhzcd,de->bhzce", k_hat, proj.astype(k_hat.dtype))
+      k_hat = k_hat + jnp.einsum("nzcd,de->nzce", k_hat, proj.astype(k_hat.dtype))
   else:
-    v_hat = common.masked_attention(row_logits, row_keys_ok, v_rm, "bhzct,bhztv->bhzcv")
-    fk_rm = blocks.grid_layouts(pad(fk), cols)[0]
-    k_row, _ = combiner_common.pool(fk_rm, valid_rm, 3, kind)                 # [B, H, Z, D]
-    k_hat = jnp.broadcast_to(k_row[:, :, :, None], k_rm.shape)               # [B, H, Z, C, D]
+    v_hat = common.masked_attention(row_logits, row_keys_ok, v_rm, "nzct,nztv->nzcv")
+    k_row, _ = combiner_common.pool(grid(fk), valid, 2, kind)                 # [N, Z, D]
+    k_hat = jnp.broadcast_to(k_row[:, :, None], k_rm.shape)                   # [N, Z, C, D]
 
   row_allowed = row_keys_ok
   if causal:
     row_allowed = row_allowed & common.causal_allowed(cols, cols)             # [C, T]
   z, r = np.arange(rows)[None, :], np.arange(rows)[:, None]
   other_rows = jnp.asarray(z < r if causal else z != r)                       # [R, Z]
-  span_allowed = row_nonempty[:, :, None, None, :] & other_rows               # [B, 1, 1, R, Z]
-  swap = common.swap_lines
-  span_logits = common.dot_logits(swap(q_rm), swap(k_hat), "bhcrd,bhczd->bhcrz")  # [B, H, C, R, Z]
+  span_allowed = row_nonempty[:, None, None, :] & other_rows                  # [N, 1, R, Z]
+  swap = lambda x: jnp.swapaxes(x, 1, 2)                                      # row- <-> column-major
+  span_logits = common.dot_logits(swap(q_rm), swap(k_hat), "ncrd,nczd->ncrz")  # [N, C, R, Z]
   drop = combiner_common.dropout_fn(dropout_rate, rng, 2)
-  out = common.grid_masked_attention([(row_logits, row_allowed, v_rm)],
-                                     [(span_logits, span_allowed, swap(v_hat))], drop)
-  return blocks.from_grid(out)[:, :length]
+  out = common.joint_masked_attention([
+      (row_logits, row_allowed, common.contraction("nrct,nrtv->nrcv", v_rm)),
+      (span_logits, span_allowed,
+       lambda w: swap(common.contraction("ncrz,nczv->ncrv", swap(v_hat))(w)), swap),
+  ], drop).astype(dtype)                                                      # [N, R, C, V]
+  return common.split_heads(out.reshape(out.shape[0], -1, out.shape[-1]), heads)[:, :length]
+

@@ -126,6 +126,19 @@ def dropout_callback(rate: float, deterministic: bool) -> Callable[[jax.Array, i
   return lambda weights, _part: apply_dropout(weights, rate, False)
 
 
+def merge_heads(x: jax.Array) -> jax.Array:
+  """[B, L, H, X] -> [B·H, L, X] (row ``b·H + h``). Cores on XLA:CPU use this merged leading axis
+  instead of separate B and H axes: with batch 1 a size-1 axis makes XLA lay the [.., Q, K] arrays out
+  so that the backward pass needs a transposed copy of them (measured: vanilla twice as slow)."""
+  batch, length, heads, dim = x.shape
+  return jnp.swapaxes(x, 1, 2).reshape(batch * heads, length, dim)
+
+
+def split_heads(x: jax.Array, heads: int) -> jax.Array:
+  """[B·H, L, X] -> [B, L, H, X], the inverse of :func:`merge_heads`."""
+  return jnp.swapaxes(x.reshape(-1, heads, *x.shape[1:]), 1, 2)
+
+
 def swap_lines(x: jax.Array) -> jax.Array:
   """Row-major <-> column-major grid order: swaps axes 2 and 3 of [B, H, R|C, C|R, ...]."""
   return jnp.swapaxes(x, 2, 3)

@@ -8,7 +8,12 @@ The table gives each core's median milliseconds and the ratio core / reference (
 
 - ``dpa``: ``jax.nn.dot_product_attention(..., implementation="xla")`` — exact softmax attention as
   JAX ships it (the reference of ``vanilla`` and ``flash``);
-- ``naive``: the textbook ``softmax(q k^T / sqrt(D)) v`` in three jnp ops.
+- ``naive``: the textbook ``softmax(q k^T / sqrt(D)) v`` in three jnp ops;
+- ``own`` (where a core has one, ``OWN_REFERENCES``): the core's own pattern written plainly in the
+  style of its original code (``bigbird``: Flax/HF-style block-sparse BigBird with the same blocks;
+  ``combiner_axial_rowmajor``: the released row-major code's structure, timed against the core with
+  ``row_summary="wsum"``, the released summary). Their outputs match the core's (checked in
+  ``tests/test_attention_kernels.py``).
 
 For an efficient core the ratios say when it beats exact attention at that length on this backend;
 for ``vanilla`` / ``flash`` they say what our exact cores cost over JAX's own. Timings depend on the
@@ -41,7 +46,66 @@ def dpa_attention(q, k, v):
   return jax.nn.dot_product_attention(q, k, v, implementation="xla")
 
 
+def bigbird_blocks_reference(q, k, v, size: int = 64, num_rand: int = 3):
+  """BigBird's ITC pattern written plainly, in the style of the Flax/HF block-sparse code: [B, H, ...]
+  layout, the first and last query blocks dense, every middle query block against ONE concatenation
+  [global first, global last, window b−1, b, b+1, r random] of its key blocks, duplicates removed by an
+  additive bias, ``jax.nn.softmax``. Same blocks as the ``bigbird`` core at the top level (seed 0,
+  module path hash 0); no padding support (L a multiple of ``size``)."""
+  from attention_zoo import bigbird
+  batch, length, heads, dim = q.shape
+  blocks = length // size
+  to_heads = lambda x: jnp.transpose(x, (0, 2, 1, 3))                            # [B, H, L, X]
+  q, k, v = to_heads(q) / math.sqrt(dim), to_heads(k), to_heads(v)
+  qb, kb, vb = (x.reshape(batch, heads, blocks, size, -1) for x in (q, k, v))    # [B, H, M, S, X]
+  dense = lambda qs: jnp.einsum("bhgqk,bhkv->bhgqv",
+                                jax.nn.softmax(jnp.einsum("bhgqd,bhkd->bhgqk", qs, k), -1), v)
+  first, last = dense(qb[:, :, :1]), dense(qb[:, :, -1:])
+  rand = bigbird.random_blocks(blocks, num_rand, heads, [0, 0])[:, 1:-1]         # [H, M', r]
+  mid = jnp.arange(1, blocks - 1)
+  index = jnp.concatenate([jnp.broadcast_to(jnp.array([0, blocks - 1]), (heads, blocks - 2, 2)),
+                           jnp.broadcast_to(jnp.stack([mid - 1, mid, mid + 1], -1), (heads, blocks - 2, 3)),
+                           jnp.where(rand >= 0, rand, mid[:, None])], -1)        # [H, M', 5 + r]
+  duplicate = jnp.concatenate([jnp.zeros((blocks - 2, 2), bool),
+                               jnp.stack([mid == 1, jnp.zeros_like(mid, bool), mid == blocks - 2], -1)], -1)
+  bias = jnp.concatenate([jnp.where(duplicate, -1e9, 0.0)[None].repeat(heads, 0),
+                          jnp.where(rand >= 0, 0.0, -1e9)], -1)                   # [H, M', 5 + r]
+  take = jax.vmap(lambda x, i: x[:, i], in_axes=(1, 0), out_axes=1)              # per head
+  k_sel, v_sel = take(kb, index), take(vb, index)                                # [B, H, M', 5+r, S, X]
+  logits = jnp.einsum("bhmqd,bhmjtd->bhmqjt", qb[:, :, 1:-1], k_sel) + bias[None, :, :, None, :, None]
+  shape = logits.shape
+  weights = jax.nn.softmax(logits.reshape(*shape[:4], -1), -1).reshape(shape)
+  middle = jnp.einsum("bhmqjt,bhmjtv->bhmqv", weights, v_sel)
+  out = jnp.concatenate([first, middle, last], 2).reshape(batch, heads, length, -1)
+  return jnp.transpose(out, (0, 2, 1, 3))
+
+
+def rowmajor_reference(q, k, v):
+  """Combiner-Axial row-major with weighted-sum span keys (``row_summary="wsum"``), written plainly in
+  the released code's style: [B, H, R, C, X] grids, ``jax.nn.softmax`` for the row distributions and
+  one softmax over the concatenated [own row (C keys), row summaries (R keys)] logits, the own row's
+  summary removed by an additive bias. No padding support (L = R·C, C = ceil(sqrt(L)))."""
+  batch, length, heads, dim = q.shape
+  cols = math.ceil(math.sqrt(length))
+  rows = length // cols
+  grid = lambda x: jnp.transpose(x.reshape(batch, rows, cols, heads, -1), (0, 3, 1, 2, 4))
+  q, k, v = grid(q) / math.sqrt(dim), grid(k), grid(v)                           # [B, H, R, C, X]
+  row = jnp.einsum("bhrcd,bhrtd->bhrct", q, k)
+  a = jax.nn.softmax(row, -1)
+  v_hat, k_hat = jnp.einsum("bhzct,bhztv->bhzcv", a, v), jnp.einsum("bhzct,bhztd->bhzcd", a, k)
+  span = jnp.einsum("bhrcd,bhzcd->bhrcz", q, k_hat) + jnp.where(jnp.eye(rows, dtype=bool), -1e9, 0.0)[:, None]
+  weights = jax.nn.softmax(jnp.concatenate([row, span], -1), -1)
+  out = (jnp.einsum("bhrct,bhrtv->bhrcv", weights[..., :cols], v)
+         + jnp.einsum("bhrcz,bhzcv->bhrcv", weights[..., cols:], v_hat))
+  return jnp.transpose(out, (0, 2, 3, 1, 4)).reshape(batch, length, heads, -1)
+
+
 REFERENCES: dict[str, Callable] = {"dpa": dpa_attention, "naive": naive_attention}
+# Method-specific references ("own" column): the same pattern written plainly, (reference, core overrides).
+OWN_REFERENCES: dict[str, tuple[Callable, dict]] = {
+    "bigbird": (bigbird_blocks_reference, {}),
+    "combiner_axial_rowmajor": (rowmajor_reference, {"row_summary": "wsum"}),
+}
 
 
 def grad_fn(attention: Callable) -> Callable:
@@ -49,9 +113,9 @@ def grad_fn(attention: Callable) -> Callable:
   return jax.jit(jax.grad(lambda q, k, v: jnp.sum(attention(q, k, v) ** 2), argnums=(0, 1, 2)))
 
 
-def core_fn(name: str, q) -> Callable:
+def core_fn(name: str, q, **overrides) -> Callable:
   """The registered core as a function of (q, k, v), its parameters initialised once (fixed draws)."""
-  core = attention_zoo.create_attention(name)
+  core = attention_zoo.create_attention(name, **overrides)
   variables = core.init({"params": jax.random.key(0), "attention": jax.random.key(1)}, q, q, q)
   return lambda q, k, v: core.apply(variables, q, k, v, rngs={"attention": jax.random.key(2)})
 
@@ -67,7 +131,10 @@ def compare(name: str, batch: int, length: int, heads: int, head_dim: int, repea
   """Median seconds of the core and of each reference, timed interleaved."""
   keys = jax.random.split(jax.random.key(batch * 100003 + length), 3)
   args = tuple(jax.random.normal(k, (batch, length, heads, head_dim), jnp.float32) for k in keys)
-  fns = {name: grad_fn(core_fn(name, args[0]))} | {r: grad_fn(REFERENCES[r]) for r in references}
+  own, overrides = OWN_REFERENCES.get(name, (None, {}))
+  fns = {name: grad_fn(core_fn(name, args[0], **overrides))} | {r: grad_fn(REFERENCES[r]) for r in references}
+  if own is not None:
+    fns["own"] = grad_fn(own)
   for fn in fns.values():  # compile + one warm-up call, excluded
     time_once(fn, args)
   times: dict[str, list[float]] = {label: [] for label in fns}
@@ -97,14 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     raise ValueError(f"references must be among {sorted(REFERENCES)} (got {unknown}) and --repeats >= 1")
   print(f"backend {jax.default_backend()}, {jax.devices()[0].device_kind}; fwd+bwd, H={args.heads}, "
         f"D={args.head_dim}, float32, median of {args.repeats} interleaved runs")
-  header = "| attention | B | L | ms | " + " | ".join(f"{r} ms | ratio vs {r}" for r in references) + " |"
+  columns = references + ["own"]
+  header = "| attention | B | L | ms | " + " | ".join(f"{r} ms | ratio vs {r}" for r in columns) + " |"
   print(header)
-  print("|---|---:|---:|---:|" + "---:|---:|" * len(references))
+  print("|---|---:|---:|---:|" + "---:|---:|" * len(columns))
   for batch in (int(b) for b in args.batch_sizes.split(",")):
     for length in (int(n) for n in args.lengths.split(",")):
       for name in names:
         med = compare(name, batch, length, args.heads, args.head_dim, args.repeats, references)
-        cells = " | ".join(f"{1e3 * med[r]:.1f} | {med[name] / med[r]:.2f}" for r in references)
+        cells = " | ".join(f"{1e3 * med[r]:.1f} | {med[name] / med[r]:.2f}" if r in med else "- | -"
+                           for r in columns)
         print(f"| {name} | {batch} | {length} | {1e3 * med[name]:.1f} | {cells} |", flush=True)
   return 0
 

@@ -144,3 +144,20 @@ def test_core_gradients_match_finite_differences(x64, name, overrides):
                            variables)
   check_grads(lambda q, k, v: core.apply(variables, q, k, v, mask), (q, k, v), order=1, modes=["rev"],
               atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["bigbird", "combiner_axial_rowmajor"])
+def test_compare_kernels_own_references_compute_the_core(name):
+  """The plain references timed by scripts/compare_kernels.py compute exactly what the core computes."""
+  import importlib.util, pathlib
+  path = pathlib.Path(__file__).parent.parent / "scripts" / "compare_kernels.py"
+  spec = importlib.util.spec_from_file_location("compare_kernels", path)
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+  reference, overrides = script.OWN_REFERENCES[name]
+  q, k, v = random_qkv(0, 2, 64, 2, 8, 8)                # bigbird: 8 blocks of 8 (derived); rowmajor: 8 x 8
+  core = create(name, **overrides)
+  variables = core.init(jax.random.key(0), q, k, v)
+  ours = core.apply(variables, q, k, v)
+  expected = reference(q, k, v, size=8) if name == "bigbird" else reference(q, k, v)
+  np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)

@@ -67,14 +67,26 @@ def test_random_block_span_cap():
   assert np.all((rand[:, 1:-1] >= 1).sum(-1) == 3)
 
 
-def test_gathered_key_blocks_are_never_duplicated():
+def test_key_blocks_of_a_middle_query_block_are_never_duplicated():
   rand = bigbird.random_blocks(12, 3, 3, 5)
-  index, valid = bigbird._middle_layout(rand)
+  index, valid, _ = bigbird._local_layout(rand, False, 4)
   for h in range(3):
     for row in range(index.shape[1]):
-      chosen = index[h, row][valid[h, row]]
+      block = row + 1
+      local = np.concatenate([[block - 1, block, block + 1], index[h, row]])[valid[h, row]]
+      chosen = [0, 11, *local]                              # the two global blocks, then the local ones
       assert len(set(chosen)) == len(chosen)
-      assert {0, 11, row, row + 1, row + 2} <= set(chosen)  # globals and the window of block row+1
+      assert {0, 11, block - 1, block, block + 1} <= set(chosen)
+
+
+def test_causal_slot_pattern():
+  rand = bigbird.random_blocks(12, 2, 1, 5, causal=True)
+  _, _, slots = bigbird._local_layout(rand, True, 3)          # [S, K·S], K = 3 + 2
+  slots = slots.reshape(3, 5, 3)
+  np.testing.assert_array_equal(slots[:, 0], np.ones((3, 3), bool))        # block b−1: past
+  np.testing.assert_array_equal(slots[:, 1], np.tril(np.ones((3, 3), bool)))
+  np.testing.assert_array_equal(slots[:, 2], np.zeros((3, 3), bool))       # block b+1: future
+  assert slots[:, 3:].all()                                                # random blocks ≤ b−2
 
 
 def test_bfloat16_inputs_stay_finite():
