@@ -182,3 +182,12 @@ def module_path_hash(module: nn.Module) -> int:
   import zlib  # local import: this helper is appended for an easy merge with parallel work
 
   return zlib.crc32("/".join(module.path).encode()) & 0x7FFFFFFF
+
+
+def draw_key(module: nn.Module, redraw: str, seed: int) -> jax.Array:
+  """The PRNG key of a core's random draw (features, rotations, samples): a fresh key from the flax
+  ``"attention"`` stream on every call when ``redraw == "every_call"`` and the stream is given, else
+  ``key(seed)`` folded with :func:`module_path_hash` — fixed per layer, identical across runs."""
+  if redraw == "every_call" and module.has_rng("attention"):
+    return module.make_rng("attention")
+  return jax.random.fold_in(jax.random.key(seed), module_path_hash(module))

@@ -105,10 +105,7 @@ class InformerAttention(nn.Module):
   def uniforms(self, shape: tuple[int, ...]) -> jax.Array:
     """u in [0, 1): from the ``"attention"`` stream, or the fixed per-layer draw."""
     cfg = self.config
-    if cfg.redraw == "every_call" and self.has_rng("attention"):
-      rng = self.make_rng("attention")
-    else:
-      rng = jax.random.fold_in(jax.random.key(cfg.seed), common.module_path_hash(self))
+    rng = common.draw_key(self, cfg.redraw, cfg.seed)
     return jax.random.uniform(rng, shape)
 
   @nn.compact

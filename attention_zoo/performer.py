@@ -196,10 +196,7 @@ class PerformerAttention(nn.Module):
   def projection(self, dim: int, dtype) -> jax.Array:
     """W [M, D]: redrawn from the ``"attention"`` stream, or the fixed per-layer draw."""
     cfg = self.config
-    if cfg.redraw == "every_call" and self.has_rng("attention"):
-      key = self.make_rng("attention")
-    else:
-      key = jax.random.fold_in(jax.random.key(cfg.seed), common.module_path_hash(self))
+    key = common.draw_key(self, cfg.redraw, cfg.seed)
     return draw_projection(key, cfg.nb_features, dim, orthogonal=cfg.orthogonal,
                            feature_norms=cfg.feature_norms, dtype=dtype)
 

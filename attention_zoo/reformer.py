@@ -151,10 +151,7 @@ class ReformerAttention(nn.Module):
 
   def rotations(self, heads: int, dim: int, n_buckets: int) -> jax.Array:
     cfg = self.config
-    if cfg.redraw == "every_call" and self.has_rng("attention"):
-      key = self.make_rng("attention")
-    else:
-      key = jax.random.fold_in(jax.random.key(cfg.seed), common.module_path_hash(self))
+    key = common.draw_key(self, cfg.redraw, cfg.seed)
     return draw_rotations(key, heads, dim, cfg.n_hashes, n_buckets)
 
   @nn.compact

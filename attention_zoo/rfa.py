@@ -120,10 +120,7 @@ class RFAAttention(nn.Module):
   def base_projection(self, dim: int, dtype) -> jax.Array:
     """W̃ [M, D]: redrawn from the ``"attention"`` stream, or the fixed per-layer draw."""
     cfg = self.config
-    if cfg.redraw == "every_call" and self.has_rng("attention"):
-      key = self.make_rng("attention")
-    else:
-      key = jax.random.fold_in(jax.random.key(cfg.seed), common.module_path_hash(self))
+    key = common.draw_key(self, cfg.redraw, cfg.seed)
     return performer.draw_projection(key, cfg.nb_features, dim, orthogonal=False, dtype=dtype)
 
   @nn.compact

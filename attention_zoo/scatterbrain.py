@@ -107,10 +107,7 @@ class ScatterbrainAttention(nn.Module):
   def projection(self, dim: int, dtype) -> jax.Array:
     """W [M, D]: redrawn from the ``"attention"`` stream, or the fixed per-layer draw."""
     cfg = self.config
-    if cfg.redraw == "every_call" and self.has_rng("attention"):
-      rng = self.make_rng("attention")
-    else:
-      rng = jax.random.fold_in(jax.random.key(cfg.seed), common.module_path_hash(self))
+    rng = common.draw_key(self, cfg.redraw, cfg.seed)
     return draw_projection(rng, cfg.nb_features, dim, orthogonal=cfg.orthogonal,
                            feature_norms=cfg.feature_norms, dtype=dtype)
 

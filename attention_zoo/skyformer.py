@@ -148,10 +148,7 @@ class SkyformerAttention(nn.Module):
   def uniforms(self, count: int) -> jax.Array:
     """u [M] in [0, 1): from the ``"attention"`` stream, or the fixed per-layer draw."""
     cfg = self.config
-    if cfg.redraw == "every_call" and self.has_rng("attention"):
-      rng = self.make_rng("attention")
-    else:
-      rng = jax.random.fold_in(jax.random.key(cfg.seed), common.module_path_hash(self))
+    rng = common.draw_key(self, cfg.redraw, cfg.seed)
     return jax.random.uniform(rng, (count,))
 
   @nn.compact
