@@ -126,6 +126,15 @@ def time_once(fn: Callable, args) -> float:
   return time.perf_counter() - start
 
 
+def _traces(reference: Callable, args) -> bool:
+  """Whether a plain reference supports this shape (some assume a minimum number of blocks)."""
+  try:
+    jax.eval_shape(reference, *args)
+    return True
+  except (TypeError, ValueError):
+    return False
+
+
 def compare(name: str, batch: int, length: int, heads: int, head_dim: int, repeats: int,
             references: list[str]) -> dict[str, float]:
   """Median seconds of the core and of each reference, timed interleaved."""
@@ -133,7 +142,7 @@ def compare(name: str, batch: int, length: int, heads: int, head_dim: int, repea
   args = tuple(jax.random.normal(k, (batch, length, heads, head_dim), jnp.float32) for k in keys)
   own, overrides = OWN_REFERENCES.get(name, (None, {}))
   fns = {name: grad_fn(core_fn(name, args[0], **overrides))} | {r: grad_fn(REFERENCES[r]) for r in references}
-  if own is not None:
+  if own is not None and _traces(own, args):
     fns["own"] = grad_fn(own)
   for fn in fns.values():  # compile + one warm-up call, excluded
     time_once(fn, args)
