@@ -187,6 +187,14 @@ def relu_features(x: jax.Array, *, epsilon: float = 1e-3, mask: jax.Array | None
   return features if mask is None else features * mask[:, :, None, None]
 
 
+def module_projection(module: nn.Module, cfg, dim: int, dtype) -> jax.Array:
+  """W [M, D] of a FAVOR+ core ``module`` whose config has redraw, seed, nb_features, orthogonal and
+  feature_norms (performer, scatterbrain): redrawn per call or the fixed per-layer draw."""
+  key = common.draw_key(module, cfg.redraw, cfg.seed)
+  return draw_projection(key, cfg.nb_features, dim, orthogonal=cfg.orthogonal,
+                         feature_norms=cfg.feature_norms, dtype=dtype)
+
+
 @register_attention("performer", PerformerConfig)
 class PerformerAttention(nn.Module):
   """FAVOR+ (or generalized ReLU) linear attention; see the module docstring for every choice."""
@@ -195,10 +203,7 @@ class PerformerAttention(nn.Module):
 
   def projection(self, dim: int, dtype) -> jax.Array:
     """W [M, D]: redrawn from the ``"attention"`` stream, or the fixed per-layer draw."""
-    cfg = self.config
-    key = common.draw_key(self, cfg.redraw, cfg.seed)
-    return draw_projection(key, cfg.nb_features, dim, orthogonal=cfg.orthogonal,
-                           feature_norms=cfg.feature_norms, dtype=dtype)
+    return module_projection(self, self.config, dim, dtype)
 
   @nn.compact
   def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,

@@ -51,7 +51,8 @@ import jax.numpy as jnp
 
 from attention_zoo import blocks, common
 from attention_zoo.adaptive_span import neighbour_blocks, neighbour_positions
-from attention_zoo.performer import draw_projection, softmax_features
+from attention_zoo import performer
+from attention_zoo.performer import softmax_features
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -106,10 +107,7 @@ class ScatterbrainAttention(nn.Module):
 
   def projection(self, dim: int, dtype) -> jax.Array:
     """W [M, D]: redrawn from the ``"attention"`` stream, or the fixed per-layer draw."""
-    cfg = self.config
-    rng = common.draw_key(self, cfg.redraw, cfg.seed)
-    return draw_projection(rng, cfg.nb_features, dim, orthogonal=cfg.orthogonal,
-                           feature_norms=cfg.feature_norms, dtype=dtype)
+    return performer.module_projection(self, self.config, dim, dtype)
 
   @nn.compact
   def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,
