@@ -1,8 +1,9 @@
-"""Layout of the report's figures with many attentions, at narrow and wide ranges.
+"""Every figure the report makes, rendered at a narrow (under a decade) and a wide (several decades) range.
 
-Each figure is rendered with the Agg backend and inspected before it is written: every data axis has
-at least two labelled ticks inside its limits, no legend lies over an axes, the bubble labels do not
-overlap, the pattern grid's suptitle clears the panel titles, and no warning is emitted.
+Each figure is drawn with the Agg backend before it is written and inspected: every visible axes
+(colorbars included) has numbers on both axes (major tick labels inside the limits, or minor ones where
+there are no major ones), no legend lies over an axes, the bubble labels do not overlap, the pattern
+grid's suptitle clears the panel titles, the titles say what was measured, and no warning is emitted.
 """
 
 import warnings
@@ -13,6 +14,7 @@ import pytest
 from lra_bench.report import plots, viz
 
 NAMES = ["vanilla", "flash"] + [f"attention_{i:02d}_{'x' * (i % 7)}" for i in range(43)]
+NARROW, WIDE = (0.8, 1.3), (1e-3, 1e3)
 
 
 @pytest.fixture
@@ -33,47 +35,65 @@ def _overlap(a, b) -> bool:
   return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
 
 
-def _labelled_ticks(axis, limits) -> list[str]:
-  lo, hi = sorted(limits)
-  return [t.get_text() for t, loc in zip(axis.get_majorticklabels(), axis.get_majorticklocs())
-          if t.get_visible() and t.get_text().strip() and lo <= loc <= hi]
+def _labels(axis, which: str) -> list[str]:
+  """The visible, non-empty tick labels of ``axis`` (major or minor) whose ticks lie inside its limits."""
+  lo, hi = sorted(axis.get_view_interval())
+  texts = axis.get_majorticklabels() if which == "major" else axis.get_minorticklabels()
+  locs = axis.get_majorticklocs() if which == "major" else axis.get_minorticklocs()
+  span = (hi - lo) * 1e-9
+  return [t.get_text() for t, loc in zip(texts, locs)
+          if t.get_visible() and t.get_text().strip() and lo - span <= loc <= hi + span]
 
 
-def _check_axes_and_legends(fig, renderer):
-  axes = [ax for ax in fig.axes if ax.get_visible()]
+def _numbered(axis) -> list[str]:
+  """The labels a reader gets on ``axis``: the major ones, or the minor ones when no major one shows."""
+  return _labels(axis, "major") or _labels(axis, "minor")
+
+
+def _check_axes_and_legends(fig, renderer, min_labels: int = 2):
+  axes = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+  assert axes
   for ax in axes:
     assert ax.get_legend() is None, "a legend inside an axes covers data"
-    assert len(_labelled_ticks(ax.xaxis, ax.get_xlim())) >= 2, ax.get_xticklabels()
-    assert len(_labelled_ticks(ax.yaxis, ax.get_ylim())) >= 2, ax.get_yticklabels()
+    is_colorbar = hasattr(ax, "_colorbar")
+    for axis in ((ax.yaxis,) if is_colorbar and ax.get_xlim() == (0.0, 1.0) else (ax.xaxis, ax.yaxis)):
+      labels = _numbered(axis)
+      assert len(labels) >= min_labels, (ax.get_title(), axis.axis_name, ax.get_xlim(), ax.get_ylim(), labels)
+      assert all(any(ch.isdigit() for ch in text) for text in labels), labels
   for legend in fig.legends:
     box = legend.get_window_extent(renderer)
     assert not any(_overlap(box, ax.get_window_extent(renderer)) for ax in axes)
 
 
-def _series(lengths, span, n=len(NAMES)):
-  rng = np.random.default_rng(0)
+def _series(lengths, values, n=len(NAMES)):
+  """Curves from ``values[0]`` to ``values[1]`` over ``lengths`` (time, memory and FLOPs scaled by 1, 1e6, 1e9)."""
   lengths = np.asarray(lengths, float)
+  ramp = (np.log(lengths) - np.log(lengths[0])) / max(np.log(lengths[-1] / lengths[0]), 1e-9)
+  lo, hi = values
   out = {}
   for i, name in enumerate(NAMES[:n]):
-    slope = 1.0 + i / n
-    base = (lengths / lengths[0]) ** slope * (1 + rng.uniform(0, span))
-    out[name] = {"length": lengths, "time": 0.01 * base, "time_lo": 0.009 * base, "time_hi": 0.011 * base,
+    start = lo * (hi / lo) ** (0.3 * i / n)
+    base = start * (hi / start) ** ramp
+    out[name] = {"length": lengths, "time": base, "time_lo": 0.97 * base, "time_hi": 1.03 * base,
                  "memory": 1e6 * base, "flops": 1e9 * base, "failed_length": [lengths[-1] * 2] if i % 9 == 0
                  else [], "failed_status": ["oom"] if i % 9 == 0 else []}
   return out
 
 
-PANELS = [("time", "s"), ("memory", "bytes"), ("flops", "FLOPs")]
+PANELS = [("time", "seconds per step"), ("memory", "bytes"), ("flops", "FLOPs")]
 
 
-@pytest.mark.parametrize("lengths, span", [([256, 320], 0.3), ([256, 1024, 4096, 16384, 65536], 1e3)],
-                         ids=["narrow", "wide"])
-def test_scaling_figure_layout(tmp_path, captured, lengths, span):
+@pytest.mark.parametrize("lengths, values", [([256, 320], NARROW), ([256, 1024, 4096, 16384, 65536], WIDE),
+                                             ([256, 1024], NARROW), ([1000, 1200], WIDE)],
+                         ids=["narrow", "wide", "narrow-y", "narrow-x"])
+def test_scaling_figure_layout(tmp_path, captured, lengths, values):
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    plots.scaling_figure(_series(lengths, span), PANELS, "t", str(tmp_path / "scaling"))
+    plots.scaling_figure(_series(lengths, values), PANELS, "train, batch 1, cpu", str(tmp_path / "scaling"))
   (fig, renderer), = captured
   _check_axes_and_legends(fig, renderer)
+  assert [ax.get_ylabel() for ax in fig.axes] == [label for _, label in PANELS]
+  assert "per step vs sequence length" in fig._suptitle.get_text()
   legend, = fig.legends
   texts = [t.get_text() for t in legend.get_texts()]
   assert len(texts) == len(NAMES)
@@ -83,12 +103,21 @@ def test_scaling_figure_layout(tmp_path, captured, lengths, span):
 def test_scaling_figure_one_length(tmp_path, captured):
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    plots.scaling_figure(_series([256], 0.5), PANELS, "t", str(tmp_path / "scaling"))
+    plots.scaling_figure(_series([256], NARROW), PANELS, "t", str(tmp_path / "scaling"))
   _check_axes_and_legends(*captured[0])
 
 
-@pytest.mark.parametrize("speeds, accuracy", [((10.0, 14.0), (35.0, 36.0)), ((0.1, 1e4), (10.0, 90.0))],
-                         ids=["narrow", "wide"])
+def test_scaling_figure_one_value(tmp_path, captured):
+  """Every attention at the same time, memory and FLOPs: a zero-width range still gets numbers."""
+  series = {name: {"length": [256, 512], "time": [0.5, 0.5], "memory": [1e6, 1e6], "flops": [1e9, 1e9]}
+            for name in NAMES[:3]}
+  plots.scaling_figure(series, PANELS, "t", str(tmp_path / "scaling"))
+  _check_axes_and_legends(*captured[0])
+
+
+@pytest.mark.parametrize("speeds, accuracy", [(NARROW, (35.0, 36.0)), (WIDE, (10.0, 90.0)),
+                                               ((10.0, 14.0), (35.0, 35.1))],
+                         ids=["narrow", "wide", "narrow-both"])
 def test_bubble_figure_layout(tmp_path, captured, speeds, accuracy):
   rng = np.random.default_rng(1)
   points = [{"name": name, "speed": float(np.exp(rng.uniform(*np.log(speeds)))),
@@ -109,20 +138,44 @@ def test_bubble_figure_layout(tmp_path, captured, speeds, accuracy):
 
 @pytest.mark.parametrize("low, high", [(0.1, 1.0), (0.0, 1e6)])
 def test_nice_log_ticks_gives_several_ticks(low, high):
-  for lo in (1e-3, 0.7, 3.3, 10.0, 250.0):
+  for lo in (1e-3, 0.7, 0.8, 3.3, 10.0, 250.0):
     hi = lo * (1.2 if high == 1.0 else high)
     ticks = plots.nice_log_ticks(lo, hi)
     assert 2 <= len(ticks) <= 9 and all(lo <= t <= hi for t in ticks)
 
 
-def test_pattern_grid_suptitle_clears_panel_titles(tmp_path, captured, monkeypatch):
+def _matrices(values, signed: bool):
+  """A random [L, L] matrix per call with entries in ``values`` (half of them negated if ``signed``)."""
   rng = np.random.default_rng(2)
-  monkeypatch.setattr(viz, "effective_attention", lambda name, length, seed=0: rng.uniform(size=(length, length)))
+
+  def make(name, length, seed=0):
+    m = np.exp(rng.uniform(*np.log(values), size=(length, length)))
+    return m * np.where(rng.uniform(size=m.shape) < 0.5, -1.0, 1.0) if signed else m
+
+  return make
+
+
+@pytest.mark.parametrize("values", [NARROW, WIDE], ids=["narrow", "wide"])
+@pytest.mark.parametrize("signed", [False, True], ids=["weights", "signed"])
+def test_attention_heatmap_layout(tmp_path, captured, monkeypatch, values, signed):
+  monkeypatch.setattr(viz, "effective_attention", _matrices(values, signed))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    viz.plot_attention("vanilla", str(tmp_path / "vanilla.png"), length=16)
+  (fig, renderer), = captured
+  _check_axes_and_legends(fig, renderer)
+  assert "attention" in fig.axes[0].get_title()
+
+
+@pytest.mark.parametrize("values", [NARROW, WIDE], ids=["narrow", "wide"])
+def test_pattern_grid_layout(tmp_path, captured, monkeypatch, values):
+  monkeypatch.setattr(viz, "effective_attention", _matrices(values, False))
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     paths, errors = viz.plot_attention_grid(NAMES[:9], str(tmp_path / "patterns"), length=16)
   assert paths and not errors
   (fig, renderer), = captured
+  _check_axes_and_legends(fig, renderer)
   title = fig._suptitle.get_window_extent(renderer)
   for ax in fig.axes:
     if ax.get_title():

@@ -57,23 +57,42 @@ MARKERS = "osD^v<>pPh*X"
 def nice_log_ticks(lo: float, hi: float, max_ticks: int = 8) -> list[float]:
   """At least 2 readable tick values in [lo, hi] (lo > 0) for a log axis, whatever its span.
 
-  Tries 1·10^k, then 1/2/5·10^k, then 1..9·10^k; when even those give fewer than 3 values (a span well
-  under a decade) falls back to evenly spaced round numbers. Wide spans are thinned to ``max_ticks``.
+  Matplotlib's ``LogLocator`` with ever finer ``subs`` (1·10^k, then 1/2/5·10^k, then 1..9·10^k) gives
+  the ticks; a choice is taken once it has 3 ticks spreading over at least half the axis (0.8, 0.9, 1
+  on 0.8-1.3 would leave the upper half without a number). A span well under a decade falls back to
+  ``MaxNLocator``'s evenly spaced round numbers. Wide spans are thinned to ``max_ticks``.
   """
   import matplotlib.ticker as ticker
 
-  exponents = range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
-  for subs in ((1,), (1, 2, 5), tuple(range(1, 10))):
-    ticks = [s * 10.0 ** e for e in exponents for s in subs if lo <= s * 10.0 ** e <= hi]
-    if len(ticks) >= 3:
+  def inside(values) -> list[float]:
+    return [float(f"{v:.12g}") for v in values if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9) and v > 0]
+
+  for subs in ((1.0,), (1.0, 2.0, 5.0), tuple(range(1, 10))):
+    ticks = inside(ticker.LogLocator(10.0, subs=subs, numticks=1000).tick_values(lo, hi))
+    if len(ticks) >= 3 and np.log(ticks[-1] / ticks[0]) >= 0.5 * np.log(hi / lo):
       step = int(np.ceil(len(ticks) / max_ticks))
       return ticks[::step]
-  linear = [float(t) for t in ticker.MaxNLocator(4).tick_values(lo, hi) if lo <= t <= hi and t > 0]
+  linear = inside(ticker.MaxNLocator(5).tick_values(lo, hi))
   return linear if len(linear) >= 2 else [lo, hi]
 
 
-def set_log_axis(ax, axis: str, values, base: float = 10.0, ticks: Sequence[float] | None = None) -> None:
-  """Log scale on ``axis`` with limits a little wider than ``values`` and plain labelled ticks."""
+def tick_formatter(hi: float):
+  """Plain numbers (0.05, 20, 1000); engineering prefixes (500M, 20G) once the axis reaches 10^4."""
+  import matplotlib.ticker as ticker
+
+  if hi >= 1e4:
+    return ticker.EngFormatter(sep="")
+  return ticker.FuncFormatter(lambda v, _: f"{v:g}")
+
+
+def set_log_axis(ax, axis: str, values, base: float = 10.0, ticks: Sequence[float] | None = None,
+                 formatter=None) -> None:
+  """Log scale on ``axis`` with limits a little wider than ``values`` and plain labelled ticks.
+
+  Matplotlib's own log ticks label only the decades, so an axis spanning less than one (0.8-1.3 s per
+  step) shows no number at all; the ticks come from ``nice_log_ticks`` instead (or ``ticks``), the
+  labels from ``tick_formatter`` (or ``formatter``).
+  """
   import matplotlib.ticker as ticker
 
   values = np.asarray(values, float)
@@ -88,7 +107,7 @@ def set_log_axis(ax, axis: str, values, base: float = 10.0, ticks: Sequence[floa
   getattr(ax, f"set_{axis}lim")(lo, hi)
   ticks = [t for t in ticks if lo <= t <= hi] if ticks is not None else nice_log_ticks(lo, hi)
   which.set_major_locator(ticker.FixedLocator(ticks))
-  which.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+  which.set_major_formatter(formatter or tick_formatter(hi))
   which.set_minor_formatter(ticker.NullFormatter())
 
 
@@ -114,6 +133,7 @@ def scaling_figure(series: Mapping[str, Mapping[str, Sequence]], panels: Sequenc
   """
   plt = pyplot()
   import matplotlib.lines as mlines
+  import matplotlib.ticker as ticker
   import matplotlib.transforms as mtransforms
 
   palette = colors(list(series))
@@ -151,7 +171,8 @@ def scaling_figure(series: Mapping[str, Mapping[str, Sequence]], panels: Sequenc
         ax.scatter([f[0] for f in failed], [0.97] * len(failed), transform=trans, marker="x", s=40,
                    color=palette[name], zorder=5, clip_on=False)
     step = int(np.ceil(len(lengths) / 7)) if lengths else 1
-    set_log_axis(ax, "x", lengths, base=2, ticks=lengths[::step])
+    set_log_axis(ax, "x", lengths, base=2, ticks=lengths[::step],
+                 formatter=ticker.FuncFormatter(lambda v, _: f"{v:.0f}"))
     set_log_axis(ax, "y", ys)
     ax.set_xlabel("sequence length")
     ax.set_ylabel(label)
@@ -167,7 +188,8 @@ def scaling_figure(series: Mapping[str, Mapping[str, Sequence]], panels: Sequenc
                fontsize=7, prop={"family": "monospace", "size": 7}, frameon=False, handlelength=1.5,
                columnspacing=1.5, title="fitted slope of log y on log length: "
                + ", ".join(f"{metric[0]} = {metric}" for metric, _ in panels), title_fontsize=8)
-  fig.suptitle(title + "  (× at the top: OOM or failed at that length)", fontsize=10)
+  fig.suptitle(f"Cost per step vs sequence length, {title}  (× at the top: OOM or failed at that length)",
+               fontsize=10)
   return save(fig, out_stem + ".png", out_stem + ".svg")
 
 

@@ -60,8 +60,10 @@ def effective_attention(name: str, length: int = 64, *, head_dim: int = 16, seed
   return effective_matrix(attention_zoo.create_attention(name, **overrides), q, k, seed=seed)[0]
 
 
-def _draw(ax, matrix: np.ndarray, title: str):
+def _draw(ax, matrix: np.ndarray, title: str, fontsize: float = 9):
+  """The heatmap of ``matrix`` on ``ax``, numbered query/key positions on its axes; returns the image."""
   import matplotlib.colors as mcolors
+  import matplotlib.ticker as ticker
 
   vmax = float(np.max(np.abs(matrix))) or 1.0
   if float(np.min(matrix)) < -1e-6:  # approximate cores (random features) can give negative weights
@@ -70,10 +72,18 @@ def _draw(ax, matrix: np.ndarray, title: str):
     # gamma 0.5: small but non-zero weights stay visible next to the large ones; zero stays black
     image = ax.imshow(matrix, cmap="magma", norm=mcolors.PowerNorm(0.5, vmin=0.0, vmax=vmax),
                       interpolation="nearest")
-  ax.set_title(title, fontsize=9)
-  ax.set_xticks([])
-  ax.set_yticks([])
+  ax.set_title(title, fontsize=fontsize)
+  for axis in (ax.xaxis, ax.yaxis):  # positions 0 .. L-1 at round steps
+    axis.set_major_locator(ticker.MaxNLocator(4, integer=True))
+  ax.tick_params(labelsize=fontsize - 2, length=2, pad=1)
   return image
+
+
+def _colorbar(fig, image, ax, fontsize: float = 7):
+  """The weight scale of one heatmap (each panel has its own, so a small maximum stays visible)."""
+  bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+  bar.ax.tick_params(labelsize=fontsize)
+  return bar
 
 
 def plot_attention(name: str, out: str, length: int = 64, seed: int = 0) -> list[str]:
@@ -83,10 +93,10 @@ def plot_attention(name: str, out: str, length: int = 64, seed: int = 0) -> list
   plt = plots.pyplot()
   matrix = effective_attention(name, length, seed=seed)
   fig, ax = plt.subplots(figsize=(4.2, 3.8))
-  image = _draw(ax, matrix, f"{name} (L={length})")
-  ax.set_xlabel("key")
-  ax.set_ylabel("query")
-  fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+  image = _draw(ax, matrix, f"effective attention weights of {name} (one head, L={length})")
+  ax.set_xlabel("key position")
+  ax.set_ylabel("query position")
+  _colorbar(fig, image, ax).set_label("weight", fontsize=8)
   return plots.save(fig, out)
 
 
@@ -107,14 +117,14 @@ def plot_attention_grid(names: Sequence[str], out_stem: str, length: int = 64,
   cols = min(4, len(matrices))
   rows = math.ceil(len(matrices) / cols)
   # constrained layout reserves room for the suptitle above the first row of panel titles
-  fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.7 * rows + 0.4), squeeze=False,
+  fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.7 * rows + 0.5), squeeze=False,
                            layout="constrained")
   for ax in axes.flat[len(matrices):]:
     ax.axis("off")
   for ax, (name, matrix) in zip(axes.flat, matrices.items()):
-    _draw(ax, matrix, name)
-  fig.suptitle(f"Effective attention (one head, random q/k, L={length}; row = query, column = key)",
-               fontsize=10)
+    _colorbar(fig, _draw(ax, matrix, name, fontsize=8), ax, fontsize=5.5)
+  fig.suptitle(f"Effective attention weights (one head, random q/k, L={length}; row = query position, "
+               "column = key position; each panel on its own colour scale)", fontsize=10)
   return plots.save(fig, out_stem + ".png", out_stem + ".svg"), errors
 
 
