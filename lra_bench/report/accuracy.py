@@ -1,10 +1,15 @@
-"""The accuracy tables: ours (mean ± std over seeds), the published numbers, the deltas, and one note
-per empty cell with its reason and the command that fills it.
+"""The accuracy tables: ours (mean ± std over seeds, a 95% interval per cell, a mark where a cell does not
+differ significantly from vanilla), the published numbers, the deltas, and one note per empty cell with
+its reason and the command that fills it.
+
+The smoke protocol tests on a few hundred examples, where ±5 points is sampling noise; the interval and
+the mark keep a reader from ranking attentions on that noise.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import shlex
 from typing import Iterable, Sequence
@@ -40,10 +45,87 @@ def _fix_command(protocol: str, task: str, attention: str, seeds: Sequence[int],
                      attention, "--seeds", ",".join(map(str, seeds)), "--results_dir", results_dir])
 
 
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: two-sided 95% intervals
+
+
+def wilson_interval(p: float | None, n: int | None, z: float = Z95) -> tuple[float, float] | None:
+  """Wilson's score interval for a proportion ``p`` observed on ``n`` trials; None without both.
+
+  Unlike p ± z·sqrt(p(1-p)/n) it stays inside [0, 1] and keeps its coverage at p near 0 or 1 and at
+  the small n of the smoke protocol.
+  """
+  p, n = number(p), number(n)
+  if p is None or n is None or n <= 0:
+    return None
+  shrink = 1.0 + z * z / n
+  centre = (p + z * z / (2 * n)) / shrink
+  half = z / shrink * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+  return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe_difference(p1: float, n1: int, p2: float, n2: int,
+                        z: float = Z95) -> tuple[float, float] | None:
+  """Newcombe's hybrid score interval (his method 10) for ``p1 - p2``, from the two Wilson intervals.
+
+  It treats the two accuracies as independent samples. Two runs tested on the same examples are
+  positively correlated, which narrows the true interval, so this one errs towards "no difference".
+  """
+  a, b = wilson_interval(p1, n1, z), wilson_interval(p2, n2, z)
+  if a is None or b is None:
+    return None
+  d = p1 - p2
+  return d - math.hypot(p1 - a[0], b[1] - p2), d + math.hypot(a[1] - p1, p2 - b[0])
+
+
+def test_examples(record: dict) -> int | None:
+  """How many test examples a record's accuracy was measured on (None if it does not say).
+
+  ``test_examples`` is written with every run's measurements; older records only have the test
+  split's size in ``data``.
+  """
+  candidates = [record.get("test_examples"), ((record.get("data") or {}).get("test") or {}).get("num_examples")]
+  for value in candidates:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+      return int(value)
+  return None
+
+
+def _add_intervals(frame: pd.DataFrame) -> pd.DataFrame:
+  """Columns ci_low/ci_high (Wilson, %) per cell and the difference from vanilla's cell on the same task.
+
+  vs_vanilla_low/high: Newcombe's 95% interval of (cell − vanilla) in points; vs_vanilla: "≈" where it
+  contains 0 (not significantly different), "higher"/"lower" where it does not, empty without data.
+  """
+  if frame.empty:
+    return frame
+  intervals = [wilson_interval(number(m) / 100.0 if number(m) is not None else None, n)
+               for m, n in zip(frame["mean"], frame["test_examples"])]
+  frame["test_examples"] = frame["test_examples"].astype("Int64")  # a count: no "200.0" in the CSV
+  frame["ci_low"] = [100.0 * i[0] if i else None for i in intervals]
+  frame["ci_high"] = [100.0 * i[1] if i else None for i in intervals]
+  vanilla = {r.task: r for r in frame[frame.attention == "vanilla"].itertuples()}
+  low, high, verdict = [], [], []
+  for r in frame.itertuples():
+    v = vanilla.get(r.task)
+    diff = None
+    if r.attention != "vanilla" and v is not None and None not in (number(r.mean), number(v.mean)):
+      diff = newcombe_difference(r.mean / 100.0, r.test_examples, v.mean / 100.0, v.test_examples)
+    low.append(100.0 * diff[0] if diff else None)
+    high.append(100.0 * diff[1] if diff else None)
+    verdict.append(None if diff is None else "≈" if diff[0] <= 0.0 <= diff[1] else
+                   "higher" if diff[0] > 0 else "lower")
+  frame["vs_vanilla_low"], frame["vs_vanilla_high"], frame["vs_vanilla"] = low, high, verdict
+  return frame
+
+
 def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "RESULTS_DIR",
                    attentions: Sequence[str] | None = None,
                    task_names: Sequence[str] | None = None) -> pd.DataFrame:
-  """One row per (attention, task): seeds, mean/std test accuracy (%), status, error, fix command.
+  """One row per (attention, task): seeds, mean/std test accuracy (%), test examples, Wilson 95% interval
+  (ci_low/ci_high) and the comparison with vanilla (``_add_intervals``), status, error, fix command.
+
+  ``test_examples`` is the smallest count among the cell's seeds; the seeds reuse the same test
+  examples, so the interval is for n = that count, not n × seeds.
 
   Uses the latest record of each run; when a cell was run under several configs (overrides), the
   config with the most ``ok`` seeds (then the latest) is used and the others are counted in ``ignored``.
@@ -66,10 +148,12 @@ def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "R
                                                         max(mine.index(r) for r in rs)))
       ok = [r for r in chosen if r["status"] == "ok" and r.get("test_accuracy") is not None]
       accs = np.asarray([100.0 * r["test_accuracy"] for r in ok])
+      counts = [test_examples(r) for r in ok]
       row = {"protocol": protocol, "attention": attention, "model": paper_name(attention), "task": task,
              "n": len(ok), "seeds": ",".join(str(r["seed"]) for r in sorted(ok, key=lambda r: r["seed"])),
              "mean": float(accs.mean()) if len(ok) else None,
              "std": float(accs.std(ddof=1)) if len(ok) > 1 else None,
+             "test_examples": min(counts) if ok and None not in counts else None,
              "ignored": len(mine) - len(chosen), "status": "ok" if ok else None, "error": None, "fix": None}
       if not ok:
         failed = [r for r in chosen if r["status"] != "ok"]
@@ -82,7 +166,7 @@ def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "R
           fix = (prepare.group(0) + " && " if prepare else "") + fix
         row["fix"] = fix
       rows.append(row)
-  frame = pd.DataFrame(rows)
+  frame = _add_intervals(pd.DataFrame(rows))
   frame.attrs["seeds"] = seeds_used
   return frame
 
@@ -95,6 +179,51 @@ def _fmt(mean: float | None, std: float | None = None, signed: bool = False) -> 
   if std is not None:
     text += f" ± {std:.2f}"
   return text.replace("-", "−") if signed else text
+
+
+def _fmt_cell(c: pd.Series) -> str:
+  """An ok cell: "≈ 61.20 ± 1.30 [56.9, 65.4]" (mark, mean ± std over seeds, Wilson 95% interval)."""
+  text = _fmt(c["mean"], c["std"])
+  if number(c.get("ci_low")) is not None:
+    text += f" [{c['ci_low']:.1f}, {c['ci_high']:.1f}]"
+  return ("≈ " + text) if c.get("vs_vanilla") == "≈" else text
+
+
+def _interval_notes(cells: pd.DataFrame, task_names: Sequence[str]) -> list[str]:
+  """What [a, b] and ≈ mean, how many test examples each task had, and why a cell has no interval."""
+  ok = cells[cells.status == "ok"]
+  if ok.empty:
+    return []
+  counts = []
+  for t in task_names:
+    ns = sorted({int(n) for n in ok[ok.task == t]["test_examples"].dropna()})
+    if ns:
+      counts.append(f"{TASK_TITLES.get(t, t)} {'–'.join(map(str, [ns[0], ns[-1]] if len(ns) > 1 else ns))}")
+  notes = []
+  if counts:
+    notes.append(
+        "Intervals [a, b]: Wilson 95% score interval of the test accuracy for the cell's n test examples (n: "
+        + ", ".join(counts) + "; the seeds reuse the same test examples, so n is not multiplied by the "
+        "seeds). It covers the sampling noise of a finite test set only; ± is the spread over seeds. The "
+        "Avg column has no interval.")
+    notes.append(
+        "Mark ≈: not significantly different from vanilla on that task: Newcombe's hybrid score interval "
+        "(method 10) for the difference of the two accuracies contains 0 at 95%. It treats the two runs "
+        "as independent samples; runs tested on the same examples are positively correlated, so it errs "
+        "towards ≈. Between two other attentions there is no test: overlapping intervals establish no "
+        "ranking. "
+        "Per-cell intervals and differences: the CSV (ci_low, ci_high, vs_vanilla_low, vs_vanilla_high).")
+  missing = ok[ok["test_examples"].isna()]
+  if len(missing) == len(ok):
+    notes.append("No confidence intervals: none of these records says how many test examples its accuracy "
+                 "was measured on (`test_examples`; records written before it existed). Rerun the cells "
+                 "to get one per cell.")
+  elif len(missing):
+    which = ", ".join(f"{a} / {TASK_TITLES.get(t, t)}" for a, t in zip(missing.attention, missing.task))
+    notes.append(f"No interval (and no ≈ test) for {len(missing)} cell(s) whose records do not say how many "
+                 f"test examples they were measured on (`test_examples`; records written before it existed): "
+                 f"{which if len(missing) <= 8 else which[:400] + ' …'}. Rerun them to get one.")
+  return notes
 
 
 STATUS_TEXT = {"missing": "no data", "no_data": "no data", "oom": "OOM", "failed": "failed"}
@@ -162,7 +291,7 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
     for j, t in enumerate(task_names, start=2):
       c = _cell(cells, a, t)
       if c["status"] == "ok":
-        row.append(_fmt(c["mean"], c["std"]))
+        row.append(_fmt_cell(c))
         if np.isclose(c["mean"], best[t]):
           bold.add((i, j))
       else:
@@ -172,8 +301,12 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
       bold.add((i, len(columns) - 1))
     rows.append(row)
   seeds = sorted({int(s) for ss in cells["seeds"] if ss for s in ss.split(",")})
+  with_ci = bool(cells["ci_low"].notna().any()) if "ci_low" in cells else False
   caption = (f"Test accuracy (%) under protocol `{protocol}`: mean ± std over seeds "
-             f"({', '.join(map(str, seeds)) or 'none'}); best per column in bold. "
+             f"({', '.join(map(str, seeds)) or 'none'})"
+             + ("; [a, b] = Wilson 95% interval; ≈ = not significantly different from vanilla (see "
+                "below the table)" if with_ci else "")
+             + "; best per column in bold. "
              f"Avg over {', '.join(TASK_TITLES.get(t, t) for t in avg_tasks) or 'no task'}"
              + (" (the tasks with data; the paper averages all five)." if len(avg_tasks) < 5 else "."))
   if not comparable(protocol):
@@ -183,7 +316,7 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
   if int(cells["ignored"].sum()):
     notes.append(f"{int(cells['ignored'].sum())} record(s) of other configs (overrides) of the same cells "
                  "are not shown; the config with the most ok seeds is.")
-  return Table(columns, rows, bold, caption, notes, left=2)
+  return Table(columns, rows, bold, caption, notes, left=2, footnotes=_interval_notes(cells, task_names))
 
 
 def _published_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, task_names: list[str],

@@ -10,7 +10,11 @@ import dataclasses
 
 @dataclasses.dataclass
 class Table:
-  """Rows of display strings; ``bold`` holds (row, column) indices of cells to emphasize."""
+  """Rows of display strings; ``bold`` holds (row, column) indices of cells to emphasize.
+
+  ``footnotes`` explain the table's marks (they go with it into the LaTeX too); ``notes`` are the
+  Markdown-only list of per-cell remarks (missing cells and their fixes).
+  """
 
   columns: list[str]
   rows: list[list[str]]
@@ -18,6 +22,7 @@ class Table:
   caption: str = ""
   notes: list[str] = dataclasses.field(default_factory=list)
   left: int = 1  # leading text columns (left-aligned); the rest are numbers (right-aligned)
+  footnotes: list[str] = dataclasses.field(default_factory=list)
 
   def _cell(self, r: int, c: int, text: str, fmt: str) -> str:
     if (r, c) not in self.bold or not text:
@@ -33,6 +38,8 @@ class Table:
     out = "\n".join(lines)
     if self.caption:
       out = f"{self.caption}\n\n{out}"
+    if self.footnotes:
+      out += "\n\n" + "\n".join(f"- {n}" for n in self.footnotes)
     if self.notes:
       out += "\n\n" + "\n".join(f"- {n}" for n in self.notes)
     return out
@@ -40,7 +47,7 @@ class Table:
   def to_latex(self) -> str:
     def esc(s: str) -> str:
       for a, b in (("\\", "\\textbackslash{}"), ("&", "\\&"), ("%", "\\%"), ("_", "\\_"), ("#", "\\#"),
-                   ("±", "$\\pm$"), ("×", "$\\times$"), ("−", "$-$"), ("Δ", "$\\Delta$")):
+                   ("±", "$\\pm$"), ("≈", "$\\approx$"), ("×", "$\\times$"), ("−", "$-$"), ("Δ", "$\\Delta$")):
         s = s.replace(a, b)
       return s
 
@@ -50,6 +57,8 @@ class Table:
     for r, row in enumerate(self.rows):
       lines.append(" & ".join(self._cell(r, c, esc(str(v)), "tex") for c, v in enumerate(row)) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]
+    if self.footnotes:
+      lines.append("\\par\\smallskip{\\footnotesize " + " \\\\\n".join(esc(f) for f in self.footnotes) + "}")
     if self.caption:
       lines.append(f"\\caption{{{esc(self.caption)}}}")
     lines.append("\\end{table}")
