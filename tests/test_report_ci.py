@@ -131,3 +131,24 @@ def test_one_cell_without_count_is_named():
   assert "No interval (and no ≈ test) for 1 cell(s)" in rep.ours.to_markdown()
   assert "linformer / Text" in rep.ours.to_markdown()
   assert not math.isnan(rep.cells.set_index(["attention", "task"]).loc[("performer", "text"), "ci_low"])
+
+
+def test_written_report_carries_the_intervals(tmp_path, fast_compile):
+  import os
+
+  from lra_bench.experiments import results
+  from lra_bench.report import index as report_index
+
+  results_dir, out = str(tmp_path / "results"), str(tmp_path / "report")
+  for r in SMOKE:
+    results.append_record(results_dir, r)
+  report_index.write_report(results_dir, out, attention_names=["vanilla"])
+  csv = pd.read_csv(os.path.join(out, "accuracy_smoke.csv"))
+  row = csv[(csv.attention == "performer") & (csv.task == "listops")].iloc[0]
+  assert row.test_examples == 200 and row.vs_vanilla == "≈" and row.ci_low < 33 < row.ci_high
+  with open(os.path.join(out, "accuracy_smoke.md"), encoding="utf-8") as f:
+    md = f.read()
+  with open(os.path.join(out, "accuracy_smoke.tex"), encoding="utf-8") as f:
+    tex = f.read()
+  assert "≈ 33.00 [" in md and "Newcombe" in md
+  assert "$\\approx$ 33.00 [" in tex and "Wilson 95" in tex

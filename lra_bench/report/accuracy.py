@@ -302,11 +302,13 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
     rows.append(row)
   seeds = sorted({int(s) for ss in cells["seeds"] if ss for s in ss.split(",")})
   with_ci = bool(cells["ci_low"].notna().any()) if "ci_low" in cells else False
+  if with_ci:
+    marks = ("; [a, b] = Wilson 95% interval; ≈ = not significantly different from vanilla (see below the "
+             "table); highest mean per column in bold (not necessarily a significant win: see ≈ and [a, b]). ")
+  else:
+    marks = "; best per column in bold. "
   caption = (f"Test accuracy (%) under protocol `{protocol}`: mean ± std over seeds "
-             f"({', '.join(map(str, seeds)) or 'none'})"
-             + ("; [a, b] = Wilson 95% interval; ≈ = not significantly different from vanilla (see "
-                "below the table)" if with_ci else "")
-             + "; best per column in bold. "
+             f"({', '.join(map(str, seeds)) or 'none'}){marks}"
              f"Avg over {', '.join(TASK_TITLES.get(t, t) for t in avg_tasks) or 'no task'}"
              + (" (the tasks with data; the paper averages all five)." if len(avg_tasks) < 5 else "."))
   if not comparable(protocol):
