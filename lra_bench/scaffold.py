@@ -221,12 +221,12 @@ def _next_steps(name: str, directory: str, core_path: str, test_path: str) -> st
       f"wrote {_shown(core_path)}  (the core: exact softmax as a placeholder; edit the REPLACE blocks)",
       f"wrote {_shown(test_path)}  (the conformance kit and a float64 reference test)",
       "",
-      "next:",
+      "next (check and suite train on the smoke ListOps data; make it once with "
+      "`lra-bench data prepare listops --protocol smoke`):",
       f"  {env}lra-bench check {name} --plugin {name}",
       f"  {env}python -m pytest {_shown(test_path)}",
       f"  {env}lra-bench suite --protocol smoke --tasks listops --attentions {name} "
       f"--results_dir {results} --plugin {name}",
       "",
-      f"then `lra-bench report --results_dir {results}` puts it in a report (check and suite need the "
-      "smoke ListOps data: `lra-bench data prepare listops --protocol smoke`).",
+      f"then `{env}lra-bench report --results_dir {results} --plugin {name}` shows its row.",
   ])
