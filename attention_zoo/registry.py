@@ -131,7 +131,9 @@ def _entry(name: str) -> _Entry:
     return _REGISTRY[name]
   except KeyError:
     raise ValueError(
-        f"unknown attention {name!r}; known attentions: {', '.join(list_attentions())}") from None
+        f"unknown attention {name!r}; known attentions: {', '.join(list_attentions())} (a core defined "
+        f"outside lra-bench is loaded by --plugin MODULE, ${PLUGINS_ENV} or an installed "
+        f"{ENTRY_POINT_GROUP!r} entry point)") from None
 
 
 def attention_config(name: str, **overrides: Any) -> AttentionConfig:

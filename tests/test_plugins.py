@@ -33,6 +33,7 @@ class {cls}Config(AttentionConfig):
 class {cls}(nn.Module):
   config: {cls}Config
 
+  @nn.compact
   def __call__(self, query, key, value, mask=None, deterministic=True):
     return VanillaAttention(self.config)(query, key, value, mask, deterministic)
 '''
@@ -175,3 +176,33 @@ def test_subprocesses_see_plugins_given_to_load_plugins(plugins, tmp_path):
                            capture_output=True, text=True, timeout=300)
   assert listing.returncode == 0, listing.stderr[-2000:]
   assert "child_core" in listing.stdout.split()
+
+
+def test_bench_point_subprocess_measures_a_plugin_core(plugins):
+  """``bench`` runs each point in ``python -m lra_bench.experiments.bench``: that process builds the model
+  from the registry, so it must load the plugin given to this one (not installed, not on its path)."""
+  from lra_bench.experiments import bench
+
+  module = plugins(_unique("benchplug"), CORE.format(name="bench_core", cls="BenchCore"))
+  attention_zoo.load_plugins([module])
+  config = bench.bench_config("bench_core", 32, batch_size=1, compile_only=True,
+                              overrides=["model.num_layers=1", "model.emb_dim=16", "model.qkv_dim=16",
+                                         "model.mlp_dim=16"])
+  point = bench.run_point(config, isolate=True, timeout_s=600)
+  assert point["status"] == "ok", point.get("error")
+  assert point["flops_per_step"] > 0
+
+
+def test_isolated_suite_cell_trains_a_plugin_core(plugins, listops_dir, tmp_path):
+  """``suite --isolate`` runs each cell as ``python -m lra_bench train`` in a fresh process."""
+  from lra_bench.experiments import results, suite
+  from tests.conftest import tiny_overrides
+
+  module = plugins(_unique("suiteplug"), CORE.format(name="suite_core", cls="SuiteCore"))
+  attention_zoo.load_plugins([module])
+  results_dir = str(tmp_path / "results")
+  suite.run_suite("smoke", "listops", "suite_core", "0", results_dir=results_dir, data_dir=listops_dir,
+                  overrides=tiny_overrides(num_train_steps=4, eval_every=4, checkpoint_every=4),
+                  isolate=True, progress=False)
+  (record,) = results.load_records(results_dir)
+  assert (record["attention"], record["status"]) == ("suite_core", "ok"), record.get("error")
