@@ -80,6 +80,7 @@ _REGISTRY: dict[str, _Entry] = {}
 class PluginError(ValueError):
   """A plugin module failed to import, or registered a name another module already holds."""
 
+
 ModuleT = TypeVar("ModuleT", bound=type[nn.Module])
 
 
@@ -220,6 +221,8 @@ def _import_plugin(spec: str) -> None:
   except Exception as err:  # pylint: disable=broad-except - any failure of user code is reported alike
     _restore(before)
     detail = " ".join(str(err).split())
+    if isinstance(err, ModuleNotFoundError) and err.name and f"{module}.".startswith(f"{err.name}."):
+      detail += " (install it, or put the directory that holds it on PYTHONPATH)"  # the plugin itself
     raise PluginError(f"plugin {module!r} failed to import: {type(err).__name__}: {detail}") from None
   _LOADED.add(spec)
 

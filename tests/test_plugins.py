@@ -88,8 +88,11 @@ def test_import_failure_is_one_line_naming_module_and_exception(plugins):
   assert str(err.value) == (f"plugin '{module}' failed to import: ModuleNotFoundError: "
                             "No module named 'no_such_module_xyz'")
   assert "half_registered" not in attention_zoo.list_attentions()  # what it registered is undone
-  with pytest.raises(attention_zoo.PluginError, match="failed to import: ModuleNotFoundError"):
-    attention_zoo.load_plugins(["no_such_plugin_module_xyz"])
+  with pytest.raises(attention_zoo.PluginError) as err:
+    attention_zoo.load_plugins(["no_such_plugin_pkg_xyz.attn"])
+  assert str(err.value) == ("plugin 'no_such_plugin_pkg_xyz.attn' failed to import: ModuleNotFoundError: "
+                            "No module named 'no_such_plugin_pkg_xyz' (install it, or put the directory "
+                            "that holds it on PYTHONPATH)")
   with pytest.raises(attention_zoo.PluginError, match="not a module path"):
     attention_zoo.load_plugins(["my-plugin.py"])
 
