@@ -13,12 +13,24 @@ different config classes::
       def __call__(self, query, key, value, mask=None, deterministic=True): ...
 
 Every registered name then enters the registry-wide tests, the suite, the benchmark and the reports.
+
+Cores defined outside this package (plugins) enter the same registry by being imported: a module named
+by ``--plugin`` / :func:`load_plugins`, by the ``LRA_BENCH_PLUGINS`` variable (comma-separated), or by
+an installed distribution's ``lra_bench.attentions`` entry point. The variable and the entry points are
+read lazily, on the first lookup, so every process that asks the registry for a name sees the plugins,
+including the subprocesses of ``suite --isolate`` and ``bench``, which inherit the variable.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, ClassVar, TypeVar
+import importlib
+import importlib.metadata
+import os
+import site
+import sys
+import sysconfig
+from typing import Any, Callable, ClassVar, Iterable, TypeVar
 
 import flax.linen as nn
 import numpy as np
@@ -59,9 +71,15 @@ class AttentionConfig:
 class _Entry:
   module_cls: type[nn.Module]
   config_cls: type[AttentionConfig]
+  defined_in: str  # the module whose code called register_attention (what records name)
 
 
 _REGISTRY: dict[str, _Entry] = {}
+
+
+class PluginError(ValueError):
+  """A plugin module failed to import, or registered a name another module already holds."""
+
 
 ModuleT = TypeVar("ModuleT", bound=type[nn.Module])
 
@@ -72,29 +90,51 @@ def register_attention(name: str, config_cls: type[AttentionConfig]) -> Callable
     raise TypeError(f"config_cls for {name!r} must be a dataclass deriving from AttentionConfig")
   if not config_cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
     raise TypeError(f"config_cls for {name!r} must be a frozen dataclass")
+  # The caller's module, not the class's: a plugin may register a built-in class under a new name.
+  caller = sys._getframe(1).f_globals.get("__name__")  # pylint: disable=protected-access
 
   def decorator(module_cls: ModuleT) -> ModuleT:
-    existing = _REGISTRY.get(name)
-    if existing is not None and (existing.module_cls.__qualname__, existing.config_cls.__qualname__) != (
-        module_cls.__qualname__, config_cls.__qualname__):
-      raise ValueError(f"attention {name!r} is already registered by {existing.module_cls.__module__}")
-    _REGISTRY[name] = _Entry(module_cls, config_cls)
+    _add(name, module_cls, config_cls, caller or module_cls.__module__)
     return module_cls
 
   return decorator
 
 
+def _add(name: str, module_cls: type[nn.Module], config_cls: type[AttentionConfig], defined_in: str) -> None:
+  existing = _REGISTRY.get(name)
+  if existing is not None and (existing.module_cls.__qualname__, existing.config_cls.__qualname__) != (
+      module_cls.__qualname__, config_cls.__qualname__):
+    raise PluginError(
+        f"attention {name!r} is registered twice: by {_describe(existing.defined_in)} and by "
+        f"{_describe(defined_in)}; rename one of them")
+  _REGISTRY[name] = _Entry(module_cls, config_cls, defined_in if existing is None else existing.defined_in)
+
+
+def _describe(module: str) -> str:
+  builtin = module.split(".")[0] == __name__.split(".")[0]
+  return f"module {module!r}" + (" (built-in)" if builtin else "")
+
+
+def defining_module(name: str) -> str:
+  """The module that registered ``name`` (``attention_zoo.vanilla``, or a plugin's module)."""
+  return _entry(name).defined_in
+
+
 def list_attentions() -> list[str]:
-  """Sorted names of every registered attention core."""
+  """Sorted names of every registered attention core (built-in and plugins)."""
+  _load_automatic_plugins()
   return sorted(_REGISTRY)
 
 
 def _entry(name: str) -> _Entry:
+  _load_automatic_plugins()
   try:
     return _REGISTRY[name]
   except KeyError:
     raise ValueError(
-        f"unknown attention {name!r}; known attentions: {', '.join(list_attentions())}") from None
+        f"unknown attention {name!r}; known attentions: {', '.join(list_attentions())} (a core defined "
+        f"outside lra-bench is loaded by --plugin MODULE, ${PLUGINS_ENV} or an installed "
+        f"{ENTRY_POINT_GROUP!r} entry point)") from None
 
 
 def attention_config(name: str, **overrides: Any) -> AttentionConfig:
@@ -132,3 +172,135 @@ def temporary(cores: dict[str, tuple[type[nn.Module], type[AttentionConfig]]]) -
   finally:
     for name in cores:
       _REGISTRY.pop(name, None)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Plugins: attention cores defined outside this package
+
+PLUGINS_ENV = "LRA_BENCH_PLUGINS"
+ENTRY_POINT_GROUP = "lra_bench.attentions"
+
+_LOADED: set[str] = set()          # plugin specs imported successfully (module or module:attr)
+_state = {"builtins_done": False, "entry_points_done": False, "loading": False}
+
+
+def mark_builtins_registered() -> None:
+  """Called by ``attention_zoo/__init__.py`` once every built-in core is registered: from then on the
+  first lookup loads the automatic plugins (before, a clash could not be told apart from a built-in)."""
+  _state["builtins_done"] = True
+
+
+def _env_plugins() -> list[str]:
+  return [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+
+
+def _entry_point_specs() -> list[str]:
+  """``module`` or ``module:attr`` of every ``lra_bench.attentions`` entry point, deduplicated (one
+  distribution found twice on ``sys.path`` lists its entry points twice)."""
+  specs = [ep.value.replace(" ", "") for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
+  return list(dict.fromkeys(specs))
+
+
+def _import_plugin(spec: str) -> None:
+  """Imports ``module`` or ``module:attr`` once; on failure the names it registered are removed again
+  and the error is one line naming the module."""
+  if spec in _LOADED:
+    return
+  module, _, attr = spec.partition(":")
+  if not module or not all(part.isidentifier() for part in module.split(".")):
+    raise PluginError(f"plugin {spec!r} is not a module path (expected e.g. my_pkg.attention or "
+                      f"my_pkg.attention:register)")
+  before = dict(_REGISTRY)
+  try:
+    loaded = importlib.import_module(module)
+    for part in filter(None, attr.split(".")):
+      loaded = getattr(loaded, part)
+  except PluginError as err:
+    _restore(before)
+    raise PluginError(f"plugin {module!r}: {err}") from None
+  except Exception as err:  # pylint: disable=broad-except - any failure of user code is reported alike
+    _restore(before)
+    detail = " ".join(str(err).split())
+    if isinstance(err, ModuleNotFoundError) and err.name and f"{module}.".startswith(f"{err.name}."):
+      detail += " (install it, or put the directory that holds it on PYTHONPATH)"  # the plugin itself
+    raise PluginError(f"plugin {module!r} failed to import: {type(err).__name__}: {detail}") from None
+  _LOADED.add(spec)
+
+
+def _restore(snapshot: dict[str, _Entry]) -> None:
+  _REGISTRY.clear()
+  _REGISTRY.update(snapshot)
+
+
+def _load(specs: Iterable[str]) -> None:
+  """Imports ``specs`` in order; re-entrant calls (a plugin that lists the registry while it is being
+  imported) see the registry as it stands."""
+  if _state["loading"]:
+    return
+  _state["loading"] = True
+  try:
+    for spec in specs:
+      _import_plugin(spec)
+  finally:
+    _state["loading"] = False
+
+
+def _load_automatic_plugins() -> None:
+  """The variable's modules (read on every lookup: cheap, and a later change is seen) and, once, the
+  entry points. A no-op while the built-ins are still being registered."""
+  if not _state["builtins_done"] or _state["loading"]:
+    return
+  _load(_env_plugins())
+  if not _state["entry_points_done"]:
+    _load(_entry_point_specs())
+    _state["entry_points_done"] = True
+
+
+def load_plugins(modules: Iterable[str] | None = None) -> list[str]:
+  """Imports the plugin modules named here, in ``$LRA_BENCH_PLUGINS`` and by the ``lra_bench.attentions``
+  entry points; each once, so calling it again is cheap. Returns the names the plugins registered.
+
+  ``modules`` (the CLI's ``--plugin``) are also appended to ``$LRA_BENCH_PLUGINS``, and the directory
+  each was imported from to ``$PYTHONPATH`` unless Python finds it anyway, so subprocesses (suite
+  ``--isolate`` cells, ``bench`` points) load them too. The current directory is searched last, so
+  ``--plugin my_attention`` finds ``./my_attention.py`` also from the ``lra-bench`` script.
+  Raises :class:`PluginError` (one line naming the module) on an import failure or a name clash.
+  """
+  import attention_zoo  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import - built-ins first
+
+  modules = [m.strip() for m in (modules or []) if m.strip()]
+  if modules and os.getcwd() not in sys.path and "" not in sys.path:
+    sys.path.append(os.getcwd())
+  before = set(_REGISTRY)
+  _load(modules)
+  for module in modules:
+    _export(module)
+  _load_automatic_plugins()
+  return sorted(set(_REGISTRY) - before)
+
+
+def _export(spec: str) -> None:
+  """Makes ``spec`` importable by child processes: listed in the variable, its directory on the path."""
+  listed = _env_plugins()
+  if spec not in listed:
+    os.environ[PLUGINS_ENV] = ",".join(listed + [spec])
+  root = _import_root(spec.partition(":")[0])
+  paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+  if root and root not in paths and root not in _default_path():
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths + [root])
+
+
+def _default_path() -> set[str]:
+  """Directories every Python process of this interpreter searches (standard library, site-packages)."""
+  paths = {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+  return paths | set(site.getsitepackages()) | {site.getusersitepackages()}
+
+
+def _import_root(module: str) -> str | None:
+  """The ``sys.path`` entry ``module`` was imported from (None for a module without a file)."""
+  top = sys.modules.get(module.split(".")[0])
+  locations = list(getattr(top, "__path__", None) or [])  # a package (or namespace package)
+  if locations:
+    return os.path.dirname(os.path.abspath(locations[0]))
+  file = getattr(top, "__file__", None)
+  return os.path.dirname(os.path.abspath(file)) if file else None
