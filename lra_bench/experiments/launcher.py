@@ -1,0 +1,284 @@
+"""The suite's grid on N workers started by submitit: local processes, or a SLURM job array.
+
+Why submitit: it is what LRA-scale sweeps already use to reach SLURM (sbatch scripts, job arrays,
+requeueing); the scheduler places the workers, and nothing here schedules. The workers share the grid
+without a coordinator: each runs ``suite.work`` (the in-process suite's loop) over the planned cells,
+claiming each with the per-cell lock on the shared results dir, and makes another pass while the last
+one ran something (a cell whose worker died is claimable again), so a worker ends when nothing is left
+that it can claim.
+
+Preemption and time limits: SLURM sends USR2 ``signal_delay_s`` before it stops a job (``--signal``);
+submitit then calls ``Worker.checkpoint``, stores the ``DelayedSubmission`` it returns and requeues the
+job. The interrupted cell has no record and its lock died with the process, so the requeued worker (or
+another one) claims it again and it resumes from its orbax checkpoint. ``--launcher local`` runs exactly
+this code through submitit's LocalExecutor (the tests kill and preempt its workers).
+
+Each worker's log: ``<log_dir>/<job id>_0_log.out`` (default ``log_dir``: ``<results_dir>/submitit``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shlex
+import socket
+import time
+from typing import Any, Iterator, Sequence
+
+import submitit
+from submitit.core import utils as submitit_utils
+
+import attention_zoo
+from lra_bench import REPO_ROOT
+from lra_bench.experiments import results, suite
+from lra_bench.training.config import ConfigError
+
+LAUNCHERS = ("inprocess", "local", "slurm")
+OPTION_KEYS = ("workers", "partition", "gpus_per_task", "time_limit_min", "array_size", "cpus_per_task",
+               "log_dir")
+FLAGS = {"workers": "--workers", "partition": "--partition", "gpus_per_task": "--gpus_per_task",
+         "time_limit_min": "--time_limit", "array_size": "--array_size", "cpus_per_task": "--cpus_per_task",
+         "log_dir": "--log_dir"}
+APPLIES = {"inprocess": (), "local": ("workers", "time_limit_min", "log_dir"), "slurm": OPTION_KEYS}
+MINIMUM = {"workers": 1, "gpus_per_task": 0, "time_limit_min": 1, "array_size": 1, "cpus_per_task": 1}
+DEFAULT_SLURM_TIME_LIMIT_MIN = 240  # submitit's own default is 5 minutes
+LOCAL_TIME_LIMIT_MIN = 7 * 24 * 60  # local workers: no limit in practice (submitit's default is 2 minutes)
+MAX_REQUEUES = 50  # requeues after a time limit (a long grid on short jobs needs many); preemptions are free
+SIGNAL_DELAY_S = 120  # USR2 this long before the time limit: the worker checkpoints and requeues
+POLL_S = 2.0
+
+
+def check_options(launcher: str, options: dict[str, Any] | None) -> dict[str, Any]:
+  """Every ``OPTION_KEYS`` entry (None: default), checked for this launcher; else a ``ConfigError``."""
+  if launcher not in LAUNCHERS:
+    raise ConfigError(f"--launcher {launcher!r} is not known; use one of: {', '.join(LAUNCHERS)}")
+  options = dict(options or {})
+  unknown = sorted(set(options) - set(OPTION_KEYS))
+  if unknown:
+    raise ConfigError(f"unknown launcher option(s) {', '.join(unknown)}; known: {', '.join(OPTION_KEYS)}")
+  full = {key: options.get(key) for key in OPTION_KEYS}
+  for key, value in full.items():
+    if value is None:
+      continue
+    if key not in APPLIES[launcher]:
+      users = [name for name in ("local", "slurm") if key in APPLIES[name]]
+      raise ConfigError(f"{FLAGS[key]} applies to --launcher {' or '.join(users)} only (got --launcher {launcher})")
+    if key in MINIMUM and (isinstance(value, bool) or not isinstance(value, int) or value < MINIMUM[key]):
+      raise ConfigError(f"{FLAGS[key]} must be an integer >= {MINIMUM[key]}, got {value!r}")
+    if key in ("partition", "log_dir") and (not isinstance(value, str) or not value.strip()):
+      raise ConfigError(f"{FLAGS[key]} must be a non-empty string, got {value!r}")
+  return full
+
+
+@dataclasses.dataclass
+class Grid:
+  """What every worker needs: the planned cells and how to run them (pickled into each job)."""
+
+  cells: list[suite.Cell]
+  results_dir: str
+  data_dir: str
+  overrides: list[str]
+  isolate: bool
+  retry: tuple[str, ...]
+  baseline: dict[tuple, int]  # records per cell when the suite was planned (``suite.record_counts``)
+
+
+class Worker:
+  """One worker of a launch: the suite loop until nothing is left to claim; checkpointable for submitit."""
+
+  def __init__(self, grid: Grid, index: int):
+    self.grid = grid
+    self.index = index
+
+  def __call__(self) -> dict[str, Any]:
+    _load_plugins()
+    grid, ran = self.grid, {}
+    print(f"worker {self.index} on {socket.gethostname()} (pid {os.getpid()}): {len(grid.cells)} planned cells",
+          flush=True)
+    while True:
+      todo = [c for c in grid.cells if c.name not in ran]  # a worker never reruns its own cell
+      summary = suite.work(todo, results_dir=grid.results_dir, data_dir=grid.data_dir,
+                           overrides=grid.overrides, isolate=grid.isolate, retry=grid.retry,
+                           baseline=grid.baseline, echo=lambda line: print(line, flush=True))
+      for status, names in summary.ran.items():
+        ran.update((name, status) for name in names)
+        print(f"worker {self.index}: {status}: {', '.join(names)}", flush=True)
+      if not summary.ran:
+        break
+    return {"worker": self.index, "host": socket.gethostname(), "ran": ran,
+            "claimed_elsewhere": summary.claimed_elsewhere}
+
+  def checkpoint(self) -> submitit.helpers.DelayedSubmission:
+    """submitit's requeue protocol (preemption, time limit): the same worker again. Its state is on disk:
+    the records, and the interrupted cell's checkpoint, from which that cell resumes."""
+    print(f"worker {self.index}: preempted or out of time; requeued (the running cell resumes from its "
+          "last checkpoint)", flush=True)
+    return submitit.helpers.DelayedSubmission(Worker(self.grid, self.index))
+
+
+def _load_plugins() -> None:
+  """Attention plugins of the submitting process (``LRA_BENCH_PLUGINS``) must exist in the worker too."""
+  load = getattr(attention_zoo, "load_plugins", None)
+  if load is not None:
+    load([])
+
+
+def _pythonpath() -> str:
+  return os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))
+
+
+@contextlib.contextmanager
+def _worker_env() -> Iterator[None]:
+  """Workers import this checkout (as ``--isolate`` cells do): its root leads their PYTHONPATH."""
+  old = os.environ.get("PYTHONPATH")
+  os.environ["PYTHONPATH"] = _pythonpath()
+  try:
+    yield
+  finally:
+    if old is None:
+      os.environ.pop("PYTHONPATH", None)
+    else:
+      os.environ["PYTHONPATH"] = old
+
+
+def worker_count(launcher: str, options: dict[str, Any], pending: int) -> int:
+  """local: ``workers`` processes (default: one per CPU); slurm: ``array_size`` array tasks (default:
+  one per pending cell). Never more workers than pending cells."""
+  if launcher == "local":
+    return max(1, min(pending, options["workers"] or os.cpu_count() or 1))
+  return max(1, min(pending, options["array_size"] or pending))
+
+
+def make_executor(launcher: str, options: dict[str, Any], folder: str, count: int) -> submitit.AutoExecutor:
+  """The submitit executor of a launch, with the scheduler parameters from ``options``."""
+  cluster = "local" if launcher == "local" else "slurm"
+  try:
+    executor = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=MAX_REQUEUES,
+                                     local_max_num_timeout=MAX_REQUEUES)
+  except RuntimeError as err:  # SlurmExecutor: no srun on PATH
+    raise ConfigError(f"--launcher slurm needs SLURM on this machine ({err}); submit from a login node of "
+                      "the cluster, or use --launcher local") from None
+  if launcher == "local":
+    executor.update_parameters(name="lra-bench-suite", timeout_min=options["time_limit_min"] or LOCAL_TIME_LIMIT_MIN,
+                               stderr_to_stdout=True)
+    return executor
+  params: dict[str, Any] = dict(
+      name="lra-bench-suite", nodes=1, tasks_per_node=1, stderr_to_stdout=True,
+      timeout_min=options["time_limit_min"] or DEFAULT_SLURM_TIME_LIMIT_MIN,
+      slurm_array_parallelism=min(count, options["workers"] or count), slurm_signal_delay_s=SIGNAL_DELAY_S,
+      slurm_setup=[f"export PYTHONPATH={shlex.quote(_pythonpath())}"]
+      + ([f"export LRA_BENCH_PLUGINS={shlex.quote(os.environ['LRA_BENCH_PLUGINS'])}"]
+         if os.environ.get("LRA_BENCH_PLUGINS") else []))
+  if options["gpus_per_task"] is not None:
+    params["gpus_per_node"] = options["gpus_per_task"]  # one task per node: per node == per task
+  if options["cpus_per_task"] is not None:
+    params["cpus_per_task"] = options["cpus_per_task"]
+  if options["partition"] is not None:
+    params["slurm_partition"] = options["partition"]
+  executor.update_parameters(**params)
+  return executor
+
+
+def submit(launcher: str, options: dict[str, Any], grid: Grid) -> tuple[list[submitit.Job], str]:
+  """Submits the workers (one job each; one job array on SLURM); returns the jobs and the log dir."""
+  folder = os.path.abspath(options["log_dir"] or os.path.join(grid.results_dir, "submitit"))
+  count = worker_count(launcher, options, len(grid.cells))
+  with _worker_env():
+    executor = make_executor(launcher, options, folder, count)
+    try:
+      jobs = executor.submit_array([Worker(grid, i) for i in range(count)])
+    except (submitit_utils.FailedSubmissionError, OSError, RuntimeError) as err:
+      raise ConfigError(f"--launcher {launcher}: submitting {count} workers failed: "
+                        f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}") from None
+  return jobs, folder
+
+
+def _finished(grid: Grid) -> int:
+  counts = suite.record_counts(grid.cells, results.load_records(grid.results_dir))
+  return sum(counts[cell.key()] > grid.baseline.get(cell.key(), 0) for cell in grid.cells)
+
+
+def wait(jobs: Sequence[submitit.Job], grid: Grid, bar=None) -> tuple[list[dict], list[str]]:
+  """Waits for local workers (the bar follows the records); returns their results and a line per dead
+  worker. Ctrl-C cancels the workers."""
+  try:
+    while not all(job.done() for job in jobs):
+      if bar is not None:
+        bar.update(_finished(grid) - bar.n)
+      time.sleep(POLL_S)
+  except KeyboardInterrupt:
+    for job in jobs:
+      job.cancel(check=False)
+    raise
+  outputs, dead = [], []
+  for job in jobs:
+    try:
+      outputs.append(job.result())
+    except submitit_utils.UncompletedJobError as err:
+      reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+      dead.append(f"worker job {job.job_id} died ({reason[:200]}); its log: {job.paths.stdout}")
+  return outputs, dead
+
+
+def settle(grid: Grid, outputs: Sequence[dict]) -> suite.Summary:
+  """The summary of a finished launch, from ``results.jsonl`` (it covers every worker, dead ones too)."""
+  summary = suite.Summary()
+  records = results.load_records(grid.results_dir)
+  reported = {name: status for out in outputs for name, status in out["ran"].items()}
+  for cell in grid.cells:
+    key = cell.key()
+    mine = [r for r in records if "task" in r and results.run_key(r) == key]
+    if len(mine) > grid.baseline.get(key, 0):
+      summary.ran.setdefault(results.latest_records(mine)[0]["status"], []).append(cell.name)
+      continue
+    if cell.name in reported:  # rerun without a new record (e.g. still no data: recorded once)
+      summary.ran.setdefault(reported[cell.name], []).append(cell.name)
+      continue
+    with suite.claim(grid.results_dir, cell) as free:
+      (summary.unfinished if free else summary.claimed_elsewhere).append(cell.name)
+  return summary
+
+
+def launch(launcher: str, options: dict[str, Any], grid: Grid, *, progress: bool = True,
+           desc: str = "suite") -> suite.Summary:
+  """local: submits the workers, waits, summarizes from the records. slurm: submits and returns."""
+  from tqdm.auto import tqdm
+
+  if not grid.cells:
+    return suite.Summary()
+  jobs, folder = submit(launcher, options, grid)
+  ids = [job.job_id for job in jobs]
+  if launcher == "slurm":
+    array = ids[0].split("_")[0]
+    summary = suite.Summary(queued=[c.name for c in grid.cells], jobs=ids)
+    summary.notes = [
+        f"submitted {len(jobs)} workers as SLURM job array {array} "
+        f"({_describe(options, len(jobs))}); logs: {folder}/{array}_<i>_0_log.out",
+        f"watch: squeue -j {array}; results: {grid.results_dir}/results.jsonl "
+        f"(lra-bench report --results_dir {grid.results_dir})",
+        "a preempted or timed-out worker is requeued and its cell resumes from its checkpoint; after the array "
+        "ends, rerunning this command submits workers only for cells still missing"]
+    return summary
+  bar = tqdm(total=len(grid.cells), unit="cell", desc=desc, disable=not progress, dynamic_ncols=True,
+             smoothing=0.0)
+  try:
+    outputs, dead = wait(jobs, grid, bar)
+  finally:
+    bar.close()
+  summary = settle(grid, outputs)
+  summary.jobs = ids
+  summary.notes = [f"{len(jobs)} local workers (submitit): logs in {folder}", *dead]
+  return summary
+
+
+def _describe(options: dict[str, Any], count: int) -> str:
+  parts = [f"at most {min(count, options['workers'] or count)} at once",
+           f"time limit {options['time_limit_min'] or DEFAULT_SLURM_TIME_LIMIT_MIN} min"]
+  if options["partition"]:
+    parts.append(f"partition {options['partition']}")
+  if options["gpus_per_task"] is not None:
+    parts.append(f"{options['gpus_per_task']} GPU(s) each")
+  if options["cpus_per_task"] is not None:
+    parts.append(f"{options['cpus_per_task']} CPUs each")
+  return ", ".join(parts)
