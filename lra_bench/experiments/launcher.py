@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import shlex
 import socket
@@ -93,6 +94,7 @@ class Worker:
 
   def __call__(self) -> dict[str, Any]:
     _load_plugins()
+    _quiet_console()
     grid, ran = self.grid, {}
     print(f"worker {self.index} on {socket.gethostname()} (pid {os.getpid()}): {len(grid.cells)} planned cells",
           flush=True)
@@ -122,6 +124,14 @@ def _load_plugins() -> None:
   load = getattr(attention_zoo, "load_plugins", None)
   if load is not None:
     load([])
+
+
+def _quiet_console() -> None:
+  """The worker's log (its stdout) keeps warnings and the per-cell lines; each cell's full log is its
+  ``train.log`` already (``suite._cell_logging``)."""
+  for handler in logging.getLogger().handlers:
+    if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+      handler.setLevel(logging.WARNING)
 
 
 def _pythonpath() -> str:
