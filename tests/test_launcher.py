@@ -131,13 +131,13 @@ def test_preempted_worker_is_requeued_and_resumes_its_cell(listops_dir, tmp_path
   overrides = tiny_overrides(num_train_steps=48, checkpoint_every=8, eval_every=16)
   cells, _ = suite.plan("smoke", ["listops"], ["vanilla"], [0], results_dir, overrides)
   grid = launcher.Grid(cells, results_dir, listops_dir, overrides, False, ("no_data", "failed"),
-                       suite.record_counts(cells, []))
+                       suite.record_counts(cells, []), suite.work)
   options = launcher.check_options("local", {"workers": 1})
   jobs, log_dir = launcher.submit("local", options, grid)
   assert len(jobs) == 1
   _, holder = _wait_for_checkpointed_cell(results_dir, cells, 8, time.time() + 300)
   os.kill(holder["pid"], signal.SIGUSR2)  # what SLURM sends the job before preempting it or at its limit
-  outputs, dead = launcher.wait(jobs, grid)
+  outputs, dead = launcher.wait(jobs)
   assert dead == [] and outputs[0]["ran"] == {cells[0].name: "ok"}
   assert _records_per_cell(results_dir) == {cells[0].name: 1}
   assert _resumed(cells[0]) and min(_resumed(cells[0])) >= 8

@@ -2,7 +2,8 @@
 
 Why submitit: it is what LRA-scale sweeps already use to reach SLURM (sbatch scripts, job arrays,
 requeueing); the scheduler places the workers, and nothing here schedules. The workers share the grid
-without a coordinator: each runs ``suite.work`` (the in-process suite's loop) over the planned cells,
+without a coordinator: each runs the in-process suite's loop (``suite.work``, handed over in ``Grid``;
+this module imports nothing of the suite) over the planned cells,
 claiming each with the per-cell lock on the shared results dir, and makes another pass while the last
 one ran something (a cell whose worker died is claimable again), so a worker ends when nothing is left
 that it can claim.
@@ -25,15 +26,14 @@ import os
 import shlex
 import socket
 import time
-from typing import Any, Iterator, Sequence
-
-import submitit
-from submitit.core import utils as submitit_utils
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import attention_zoo
 from lra_bench import REPO_ROOT
-from lra_bench.experiments import results, suite
 from lra_bench.training.config import ConfigError
+
+if TYPE_CHECKING:  # submitit is imported where a launch needs it: the in-process suite runs without it
+  import submitit
 
 LAUNCHERS = ("inprocess", "local", "slurm")
 OPTION_KEYS = ("workers", "partition", "gpus_per_task", "time_limit_min", "array_size", "cpus_per_task",
@@ -76,13 +76,14 @@ def check_options(launcher: str, options: dict[str, Any] | None) -> dict[str, An
 class Grid:
   """What every worker needs: the planned cells and how to run them (pickled into each job)."""
 
-  cells: list[suite.Cell]
+  cells: list[Any]  # suite.Cell
   results_dir: str
   data_dir: str
   overrides: list[str]
   isolate: bool
   retry: tuple[str, ...]
   baseline: dict[tuple, int]  # records per cell when the suite was planned (``suite.record_counts``)
+  work: Callable[..., Any]  # ``suite.work``: one pass over cells (pickled by reference)
 
 
 class Worker:
@@ -100,20 +101,24 @@ class Worker:
           flush=True)
     while True:
       todo = [c for c in grid.cells if c.name not in ran]  # a worker never reruns its own cell
-      summary = suite.work(todo, results_dir=grid.results_dir, data_dir=grid.data_dir,
+      summary = grid.work(todo, results_dir=grid.results_dir, data_dir=grid.data_dir,
                            overrides=grid.overrides, isolate=grid.isolate, retry=grid.retry,
-                           baseline=grid.baseline, echo=lambda line: print(line, flush=True))
-      for status, names in summary.ran.items():
-        ran.update((name, status) for name in names)
-        print(f"worker {self.index}: {status}: {', '.join(names)}", flush=True)
+                           baseline=grid.baseline, echo=lambda line: print(line, flush=True),
+                           done=lambda name, record: self._done(ran, name, record))
       if not summary.ran:
         break
     return {"worker": self.index, "host": socket.gethostname(), "ran": ran,
             "claimed_elsewhere": summary.claimed_elsewhere}
 
+  def _done(self, ran: dict[str, str], name: str, record: dict) -> None:
+    ran[name] = record["status"]
+    print(f"worker {self.index}: {record['status']}: {name}", flush=True)  # the log says who ran what
+
   def checkpoint(self) -> submitit.helpers.DelayedSubmission:
     """submitit's requeue protocol (preemption, time limit): the same worker again. Its state is on disk:
     the records, and the interrupted cell's checkpoint, from which that cell resumes."""
+    import submitit
+
     print(f"worker {self.index}: preempted or out of time; requeued (the running cell resumes from its "
           "last checkpoint)", flush=True)
     return submitit.helpers.DelayedSubmission(Worker(self.grid, self.index))
@@ -135,7 +140,8 @@ def _quiet_console() -> None:
 
 
 def _pythonpath() -> str:
-  return os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))
+  entries = [REPO_ROOT, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+  return os.pathsep.join(dict.fromkeys(e for e in entries if e))  # in order, once each
 
 
 @contextlib.contextmanager
@@ -162,6 +168,8 @@ def worker_count(launcher: str, options: dict[str, Any], pending: int) -> int:
 
 def make_executor(launcher: str, options: dict[str, Any], folder: str, count: int) -> submitit.AutoExecutor:
   """The submitit executor of a launch, with the scheduler parameters from ``options``."""
+  import submitit
+
   cluster = "local" if launcher == "local" else "slurm"
   try:
     executor = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=MAX_REQUEUES,
@@ -192,6 +200,8 @@ def make_executor(launcher: str, options: dict[str, Any], folder: str, count: in
 
 def submit(launcher: str, options: dict[str, Any], grid: Grid) -> tuple[list[submitit.Job], str]:
   """Submits the workers (one job each; one job array on SLURM); returns the jobs and the log dir."""
+  from submitit.core import utils as submitit_utils
+
   folder = os.path.abspath(options["log_dir"] or os.path.join(grid.results_dir, "submitit"))
   count = worker_count(launcher, options, len(grid.cells))
   with _worker_env():
@@ -204,18 +214,16 @@ def submit(launcher: str, options: dict[str, Any], grid: Grid) -> tuple[list[sub
   return jobs, folder
 
 
-def _finished(grid: Grid) -> int:
-  counts = suite.record_counts(grid.cells, results.load_records(grid.results_dir))
-  return sum(counts[cell.key()] > grid.baseline.get(cell.key(), 0) for cell in grid.cells)
+def wait(jobs: Sequence[submitit.Job], finished: Callable[[], int] | None = None,
+         bar=None) -> tuple[list[dict], list[str]]:
+  """Waits for local workers (the bar follows ``finished()``, the count of cells done); returns their
+  results and a line per dead worker. Ctrl-C cancels the workers."""
+  from submitit.core import utils as submitit_utils
 
-
-def wait(jobs: Sequence[submitit.Job], grid: Grid, bar=None) -> tuple[list[dict], list[str]]:
-  """Waits for local workers (the bar follows the records); returns their results and a line per dead
-  worker. Ctrl-C cancels the workers."""
   try:
     while not all(job.done() for job in jobs):
-      if bar is not None:
-        bar.update(_finished(grid) - bar.n)
+      if bar is not None and finished is not None:
+        bar.update(finished() - bar.n)
       time.sleep(POLL_S)
   except KeyboardInterrupt:
     for job in jobs:
@@ -231,55 +239,39 @@ def wait(jobs: Sequence[submitit.Job], grid: Grid, bar=None) -> tuple[list[dict]
   return outputs, dead
 
 
-def settle(grid: Grid, outputs: Sequence[dict]) -> suite.Summary:
-  """The summary of a finished launch, from ``results.jsonl`` (it covers every worker, dead ones too)."""
-  summary = suite.Summary()
-  records = results.load_records(grid.results_dir)
-  reported = {name: status for out in outputs for name, status in out["ran"].items()}
-  for cell in grid.cells:
-    key = cell.key()
-    mine = [r for r in records if "task" in r and results.run_key(r) == key]
-    if len(mine) > grid.baseline.get(key, 0):
-      summary.ran.setdefault(results.latest_records(mine)[0]["status"], []).append(cell.name)
-      continue
-    if cell.name in reported:  # rerun without a new record (e.g. still no data: recorded once)
-      summary.ran.setdefault(reported[cell.name], []).append(cell.name)
-      continue
-    with suite.claim(grid.results_dir, cell) as free:
-      (summary.unfinished if free else summary.claimed_elsewhere).append(cell.name)
-  return summary
+@dataclasses.dataclass
+class Launch:
+  """What a launch did: the workers' job ids, their results (local) and the lines for the summary."""
+
+  jobs: list[str]
+  outputs: list[dict]
+  notes: list[str]
+  waited: bool
 
 
-def launch(launcher: str, options: dict[str, Any], grid: Grid, *, progress: bool = True,
-           desc: str = "suite") -> suite.Summary:
-  """local: submits the workers, waits, summarizes from the records. slurm: submits and returns."""
+def launch(launcher: str, options: dict[str, Any], grid: Grid, *, finished: Callable[[], int] | None = None,
+           progress: bool = True, desc: str = "suite") -> Launch:
+  """local: submits the workers and waits for them. slurm: submits the job array and returns."""
   from tqdm.auto import tqdm
 
-  if not grid.cells:
-    return suite.Summary()
   jobs, folder = submit(launcher, options, grid)
   ids = [job.job_id for job in jobs]
   if launcher == "slurm":
     array = ids[0].split("_")[0]
-    summary = suite.Summary(queued=[c.name for c in grid.cells], jobs=ids)
-    summary.notes = [
+    return Launch(ids, [], [
         f"submitted {len(jobs)} workers as SLURM job array {array} "
         f"({_describe(options, len(jobs))}); logs: {folder}/{array}_<i>_0_log.out",
         f"watch: squeue -j {array}; results: {grid.results_dir}/results.jsonl "
         f"(lra-bench report --results_dir {grid.results_dir})",
         "a preempted or timed-out worker is requeued and its cell resumes from its checkpoint; after the array "
-        "ends, rerunning this command submits workers only for cells still missing"]
-    return summary
+        "ends, rerunning this command submits workers only for cells still missing"], waited=False)
   bar = tqdm(total=len(grid.cells), unit="cell", desc=desc, disable=not progress, dynamic_ncols=True,
              smoothing=0.0)
   try:
-    outputs, dead = wait(jobs, grid, bar)
+    outputs, dead = wait(jobs, finished, bar)
   finally:
     bar.close()
-  summary = settle(grid, outputs)
-  summary.jobs = ids
-  summary.notes = [f"{len(jobs)} local workers (submitit): logs in {folder}", *dead]
-  return summary
+  return Launch(ids, outputs, [f"{len(jobs)} local workers (submitit): logs in {folder}", *dead], waited=True)
 
 
 def _describe(options: dict[str, Any], count: int) -> str:

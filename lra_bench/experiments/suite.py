@@ -150,7 +150,7 @@ def claim(results_dir: str, cell: Cell) -> Iterator[bool]:
       return
     try:
       f.truncate(0)
-      f.write(json.dumps(_holder()))
+      f.write(json.dumps(_holder()) + "\n")
       f.flush()
       yield True
     finally:
@@ -285,12 +285,12 @@ def record_counts(cells: Sequence[Cell], records: Sequence[dict]) -> dict[tuple,
 
 def work(cells: Sequence[Cell], *, results_dir: str, data_dir: str, overrides: Sequence[str] = (),
          isolate: bool = False, retry: Sequence[str] = ("no_data", "failed"),
-         baseline: dict[tuple, int] | None = None, bar=None, echo=None) -> Summary:
+         baseline: dict[tuple, int] | None = None, bar=None, echo=None, done=None) -> Summary:
   """One pass over ``cells``: claim each, skip what is done, run the rest (the loop every worker runs).
 
   A cell is done if its best record is terminal (not in ``retry``) or it has more records than its
   ``baseline`` count (it ran since the launch began). ``bar``: a tqdm bar to advance; ``echo``: where
-  failure lines go (default: the bar, else nowhere).
+  failure lines go (default: the bar, else nowhere); ``done(name, record)``: called after each run.
   """
   summary = Summary()
   echo = echo or (bar.write if bar is not None else None)
@@ -312,6 +312,8 @@ def work(cells: Sequence[Cell], *, results_dir: str, data_dir: str, overrides: S
                             overrides=overrides)
     if record is not None:
       summary.ran.setdefault(record["status"], []).append(cell.name)
+      if done is not None:
+        done(cell.name, record)
       if record["status"] != "ok" and echo is not None:
         echo(failure_line(cell.name, record))
     if bar is not None:
@@ -351,9 +353,9 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
                len(done_before))
   baseline = record_counts(todo, records)
   if launcher != "inprocess":
-    grid = launcher_lib.Grid(todo, os.path.abspath(results_dir), os.path.abspath(data_dir), list(overrides),
-                             isolate, retry, baseline)
-    summary = launcher_lib.launch(launcher, options, grid, progress=progress, desc=f"suite {protocol}")
+    summary = _launch(launcher, options, todo, baseline, results_dir=results_dir, data_dir=data_dir,
+                      overrides=overrides, isolate=isolate, retry=retry, progress=progress,
+                      desc=f"suite {protocol}")
   else:
     bar = tqdm(total=len(todo), unit="cell", desc=f"suite {protocol}", disable=not progress,
                dynamic_ncols=True, smoothing=0.0)  # smoothing 0: ETA = remaining x mean cell time
@@ -365,4 +367,51 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
   summary.done_before = done_before + summary.done_before
   summary.skipped_tasks = skipped
   summary.seconds = time.perf_counter() - start
+  return summary
+
+
+def _launch(launcher: str, options: dict[str, Any], todo: list[Cell], baseline: dict[tuple, int], *,
+            results_dir: str, data_dir: str, overrides: Sequence[str], isolate: bool, retry: Sequence[str],
+            progress: bool, desc: str) -> Summary:
+  """The grid on submitit workers (``launcher.launch``), summarized from the records when waited for."""
+  from lra_bench.experiments import launcher as launcher_lib
+
+  if not todo:
+    return Summary()
+  grid = launcher_lib.Grid(todo, os.path.abspath(results_dir), os.path.abspath(data_dir), list(overrides),
+                           bool(isolate), tuple(retry), baseline, work)
+  done = launcher_lib.launch(launcher, options, grid, finished=lambda: len(_ran_since(grid)),
+                             progress=progress, desc=desc)
+  if not done.waited:
+    return Summary(queued=[c.name for c in todo], jobs=done.jobs, notes=done.notes)
+  summary = settle(grid, done.outputs)
+  summary.jobs, summary.notes = done.jobs, done.notes
+  return summary
+
+
+def _ran_since(grid) -> dict[str, str]:
+  """Cells of a launch that have a new record since it was planned -> the status of their best record."""
+  records = results.load_records(grid.results_dir)
+  out = {}
+  for cell in grid.cells:
+    key = cell.key()
+    mine = [r for r in records if "task" in r and results.run_key(r) == key]
+    if len(mine) > grid.baseline.get(key, 0):
+      out[cell.name] = results.latest_records(mine)[0]["status"]
+  return out
+
+
+def settle(grid, outputs: Sequence[dict]) -> Summary:
+  """The summary of a finished launch, from ``results.jsonl`` (it covers every worker, dead ones too);
+  a cell without a new record is ``unfinished`` unless its lock is still held (running elsewhere)."""
+  summary = Summary()
+  recorded = _ran_since(grid)
+  reported = {name: status for out in outputs for name, status in out["ran"].items()}
+  for cell in grid.cells:
+    status = recorded.get(cell.name) or reported.get(cell.name)  # reported: rerun, same record (no_data)
+    if status is not None:
+      summary.ran.setdefault(status, []).append(cell.name)
+      continue
+    with claim(grid.results_dir, cell) as free:
+      (summary.unfinished if free else summary.claimed_elsewhere).append(cell.name)
   return summary
