@@ -15,6 +15,10 @@ Each cell trains in its own workdir ``<results_dir>/runs/<protocol>/<task>/<atte
 - Tasks the protocol has no config for are skipped with a log line (no record: there is no config).
 - Cells run in this process by default (no per-cell import/startup cost; failures are caught by
   ``cell.train_cell``); ``isolate=True`` runs each cell in a fresh ``lra-bench train`` subprocess instead.
+- ``launcher="local"`` or ``"slurm"`` hands the same loop (``work``) to N workers started by submitit
+  (``launcher.py``): N local processes, or a SLURM job array whose workers claim cells through the same
+  locks on a shared results dir. A cell run (or recorded) since the suite was planned is not run again
+  by another worker of the same launch, even when its record is ``failed`` (``baseline``).
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ import fcntl
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import ml_collections
 
@@ -108,11 +113,34 @@ def cell_status(cell: Cell, records: Sequence[dict]) -> str | None:
   return results.latest_records(mine)[0]["status"] if mine else None
 
 
+def lock_path(results_dir: str, cell: Cell) -> str:
+  return os.path.join(results_dir, "locks", cell.config.protocol, cell.task, cell.attention,
+                      os.path.basename(cell.workdir) + ".lock")
+
+
+def _holder() -> dict[str, Any]:
+  """Who holds a claim: with many workers on a cluster, the lock file says which one runs the cell."""
+  job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+  if os.environ.get("SLURM_ARRAY_JOB_ID"):
+    job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+  return {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "since": time.time()}
+
+
+def lock_holder(results_dir: str, cell: Cell) -> dict[str, Any] | None:
+  """The holder the cell's lock file names (it may be stale: only a held lock means a running cell)."""
+  try:
+    with open(lock_path(results_dir, cell)) as f:
+      return json.loads(f.read() or "null")
+  except (OSError, json.JSONDecodeError):
+    return None
+
+
 @contextlib.contextmanager
 def claim(results_dir: str, cell: Cell) -> Iterator[bool]:
-  """Yields whether this process holds the cell's lock (non-blocking; released on exit or death)."""
-  path = os.path.join(results_dir, "locks", cell.config.protocol, cell.task, cell.attention,
-                      os.path.basename(cell.workdir) + ".lock")
+  """Yields whether this process holds the cell's lock (non-blocking; released on exit or death).
+
+  The holder writes its pid, host and job id into the lock file (``lock_holder``)."""
+  path = lock_path(results_dir, cell)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "a") as f:
     try:
@@ -121,6 +149,9 @@ def claim(results_dir: str, cell: Cell) -> Iterator[bool]:
       yield False
       return
     try:
+      f.truncate(0)
+      f.write(json.dumps(_holder()) + "\n")
+      f.flush()
       yield True
     finally:
       fcntl.flock(f, fcntl.LOCK_UN)
@@ -215,32 +246,100 @@ class Summary:
   done_before: list[str] = dataclasses.field(default_factory=list)
   claimed_elsewhere: list[str] = dataclasses.field(default_factory=list)
   skipped_tasks: list[str] = dataclasses.field(default_factory=list)
+  unfinished: list[str] = dataclasses.field(default_factory=list)  # launched: no worker finished them
+  queued: list[str] = dataclasses.field(default_factory=list)  # slurm: handed to the cluster, not waited for
+  jobs: list[str] = dataclasses.field(default_factory=list)  # submitit job ids of the workers
+  notes: list[str] = dataclasses.field(default_factory=list)  # launcher lines: log dir, dead workers, ...
   seconds: float = 0.0
 
   def lines(self) -> list[str]:
-    out = [f"suite finished in {self.seconds:.0f} s: "
-           + ", ".join(f"{len(v)} {k}" for k, v in sorted(self.ran.items()))
-           + f"; {len(self.done_before)} already done; {len(self.claimed_elsewhere)} running elsewhere"]
+    if self.queued:
+      out = [f"suite submitted in {self.seconds:.0f} s: {len(self.queued)} cells to run on the cluster; "
+             f"{len(self.done_before)} already done"]
+    else:
+      out = [f"suite finished in {self.seconds:.0f} s: "
+             + ", ".join(f"{len(v)} {k}" for k, v in sorted(self.ran.items()))
+             + f"; {len(self.done_before)} already done; {len(self.claimed_elsewhere)} running elsewhere"
+             + (f"; {len(self.unfinished)} unfinished" if self.unfinished else "")]
     if self.skipped_tasks:
       out.append("tasks without a config in this protocol (skipped): " + ", ".join(self.skipped_tasks))
     for status in ("failed", "oom", "no_data"):
       if self.ran.get(status):
         out.append(f"{status}: " + ", ".join(self.ran[status]))
-    return out
+    if self.unfinished:
+      out.append("unfinished (a worker died; rerun the same command to finish them from their checkpoints): "
+                 + ", ".join(self.unfinished))
+    return out + self.notes
+
+
+def record_counts(cells: Sequence[Cell], records: Sequence[dict]) -> dict[tuple, int]:
+  """How many records each cell has: the ``baseline`` of a launch (a cell with more records than its
+  baseline was run since, by some worker of the launch, and is not run again by another)."""
+  counts = {cell.key(): 0 for cell in cells}
+  for record in records:
+    key = results.run_key(record) if "task" in record else None
+    if key in counts:
+      counts[key] += 1
+  return counts
+
+
+def work(cells: Sequence[Cell], *, results_dir: str, data_dir: str, overrides: Sequence[str] = (),
+         isolate: bool = False, retry: Sequence[str] = ("no_data", "failed"),
+         baseline: dict[tuple, int] | None = None, bar=None, echo=None, done=None) -> Summary:
+  """One pass over ``cells``: claim each, skip what is done, run the rest (the loop every worker runs).
+
+  A cell is done if its best record is terminal (not in ``retry``) or it has more records than its
+  ``baseline`` count (it ran since the launch began). ``bar``: a tqdm bar to advance; ``echo``: where
+  failure lines go (default: the bar, else nowhere); ``done(name, record)``: called after each run.
+  """
+  summary = Summary()
+  echo = echo or (bar.write if bar is not None else None)
+  for cell in cells:
+    if bar is not None:
+      bar.set_postfix_str(cell.name)
+    record = None
+    with claim(results_dir, cell) as mine:
+      if not mine:
+        summary.claimed_elsewhere.append(cell.name)
+      else:
+        records = results.load_records(results_dir)  # re-check under the claim
+        status = cell_status(cell, records)
+        ran_since = baseline is not None and record_counts([cell], records)[cell.key()] > baseline.get(cell.key(), 0)
+        if (status is not None and status not in retry) or ran_since:
+          summary.done_before.append(cell.name)
+        else:
+          record = run_cell(cell, data_dir, results_dir, force=status == "no_data", isolate=isolate,
+                            overrides=overrides)
+    if record is not None:
+      summary.ran.setdefault(record["status"], []).append(cell.name)
+      if done is not None:
+        done(cell.name, record)
+      if record["status"] != "ok" and echo is not None:
+        echo(failure_line(cell.name, record))
+    if bar is not None:
+      bar.update()
+  return summary
 
 
 def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str | Sequence[str] = "all",
               seeds: str | Sequence[int] = (0,), *, results_dir: str, data_dir: str,
               overrides: Sequence[str] = (), isolate: bool = False, retry_failed: bool = True,
-              progress: bool = True) -> Summary:
-  """Runs every cell of the grid that is not done yet (see the module docstring)."""
+              progress: bool = True, launcher: str = "inprocess",
+              launcher_options: dict[str, Any] | None = None) -> Summary:
+  """Runs every cell of the grid that is not done yet (see the module docstring).
+
+  ``launcher``: "inprocess" (this process), "local" (submitit local workers) or "slurm" (a submitit
+  SLURM job array; returns once submitted). ``launcher_options``: see ``launcher.OPTION_KEYS``.
+  """
   from tqdm.auto import tqdm
 
+  from lra_bench.experiments import launcher as launcher_lib
+
+  options = launcher_lib.check_options(launcher, launcher_options)  # a bad flag fails before planning
   start = time.perf_counter()
   task_names = parse_names(tasks, tasks_lib.list_tasks(), "task")
   attention_names = parse_names(attentions, attention_zoo.list_attentions(), "attention")
   cells, skipped = plan(protocol, task_names, attention_names, parse_ints(seeds), results_dir, overrides)
-  summary = Summary(skipped_tasks=skipped)
   retry = ("no_data", "failed") if retry_failed else ("no_data",)
 
   def pending(cell: Cell, records) -> bool:
@@ -249,31 +348,70 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
 
   records = results.load_records(results_dir)
   todo = [c for c in cells if pending(c, records)]
-  summary.done_before = [c.name for c in cells if not pending(c, records)]
+  done_before = [c.name for c in cells if not pending(c, records)]
   logging.info("suite %s: %d cells, %d to run (%d done before)", protocol, len(cells), len(todo),
-               len(summary.done_before))
-  bar = tqdm(total=len(todo), unit="cell", desc=f"suite {protocol}", disable=not progress,
-             dynamic_ncols=True, smoothing=0.0)  # smoothing 0: ETA = remaining x mean cell time
-  try:
-    for cell in todo:
-      bar.set_postfix_str(cell.name)
-      with claim(results_dir, cell) as mine:
-        if not mine:
-          summary.claimed_elsewhere.append(cell.name)
-          bar.update()
-          continue
-        status = cell_status(cell, results.load_records(results_dir))  # re-check under the claim
-        if status is not None and status not in retry:
-          summary.done_before.append(cell.name)
-          bar.update()
-          continue
-        record = run_cell(cell, data_dir, results_dir, force=status == "no_data", isolate=isolate,
-                          overrides=overrides)
-      summary.ran.setdefault(record["status"], []).append(cell.name)
-      if record["status"] != "ok":
-        bar.write(failure_line(cell.name, record))
-      bar.update()
-  finally:
-    bar.close()
+               len(done_before))
+  baseline = record_counts(todo, records)
+  if launcher != "inprocess":
+    summary = _launch(launcher, options, todo, baseline, results_dir=results_dir, data_dir=data_dir,
+                      overrides=overrides, isolate=isolate, retry=retry, progress=progress,
+                      desc=f"suite {protocol}")
+  else:
+    bar = tqdm(total=len(todo), unit="cell", desc=f"suite {protocol}", disable=not progress,
+               dynamic_ncols=True, smoothing=0.0)  # smoothing 0: ETA = remaining x mean cell time
+    try:
+      summary = work(todo, results_dir=results_dir, data_dir=data_dir, overrides=overrides, isolate=isolate,
+                     retry=retry, baseline=baseline, bar=bar)
+    finally:
+      bar.close()
+  summary.done_before = done_before + summary.done_before
+  summary.skipped_tasks = skipped
   summary.seconds = time.perf_counter() - start
+  return summary
+
+
+def _launch(launcher: str, options: dict[str, Any], todo: list[Cell], baseline: dict[tuple, int], *,
+            results_dir: str, data_dir: str, overrides: Sequence[str], isolate: bool, retry: Sequence[str],
+            progress: bool, desc: str) -> Summary:
+  """The grid on submitit workers (``launcher.launch``), summarized from the records when waited for."""
+  from lra_bench.experiments import launcher as launcher_lib
+
+  if not todo:
+    return Summary()
+  grid = launcher_lib.Grid(todo, os.path.abspath(results_dir), os.path.abspath(data_dir), list(overrides),
+                           bool(isolate), tuple(retry), baseline, work)
+  done = launcher_lib.launch(launcher, options, grid, finished=lambda: len(_ran_since(grid)),
+                             progress=progress, desc=desc)
+  if not done.waited:
+    return Summary(queued=[c.name for c in todo], jobs=done.jobs, notes=done.notes)
+  summary = settle(grid, done.outputs)
+  summary.jobs, summary.notes = done.jobs, done.notes
+  return summary
+
+
+def _ran_since(grid) -> dict[str, str]:
+  """Cells of a launch that have a new record since it was planned -> the status of their best record."""
+  records = results.load_records(grid.results_dir)
+  out = {}
+  for cell in grid.cells:
+    key = cell.key()
+    mine = [r for r in records if "task" in r and results.run_key(r) == key]
+    if len(mine) > grid.baseline.get(key, 0):
+      out[cell.name] = results.latest_records(mine)[0]["status"]
+  return out
+
+
+def settle(grid, outputs: Sequence[dict]) -> Summary:
+  """The summary of a finished launch, from ``results.jsonl`` (it covers every worker, dead ones too);
+  a cell without a new record is ``unfinished`` unless its lock is still held (running elsewhere)."""
+  summary = Summary()
+  recorded = _ran_since(grid)
+  reported = {name: status for out in outputs for name, status in out["ran"].items()}
+  for cell in grid.cells:
+    status = recorded.get(cell.name) or reported.get(cell.name)  # reported: rerun, same record (no_data)
+    if status is not None:
+      summary.ran.setdefault(status, []).append(cell.name)
+      continue
+    with claim(grid.results_dir, cell) as free:
+      (summary.unfinished if free else summary.claimed_elsewhere).append(cell.name)
   return summary

@@ -1,0 +1,286 @@
+"""The suite's grid on N workers started by submitit: local processes, or a SLURM job array.
+
+Why submitit: it is what LRA-scale sweeps already use to reach SLURM (sbatch scripts, job arrays,
+requeueing); the scheduler places the workers, and nothing here schedules. The workers share the grid
+without a coordinator: each runs the in-process suite's loop (``suite.work``, handed over in ``Grid``;
+this module imports nothing of the suite) over the planned cells,
+claiming each with the per-cell lock on the shared results dir, and makes another pass while the last
+one ran something (a cell whose worker died is claimable again), so a worker ends when nothing is left
+that it can claim.
+
+Preemption and time limits: SLURM sends USR2 ``signal_delay_s`` before it stops a job (``--signal``);
+submitit then calls ``Worker.checkpoint``, stores the ``DelayedSubmission`` it returns and requeues the
+job. The interrupted cell has no record and its lock died with the process, so the requeued worker (or
+another one) claims it again and it resumes from its orbax checkpoint. ``--launcher local`` runs exactly
+this code through submitit's LocalExecutor (the tests kill and preempt its workers).
+
+Each worker's log: ``<log_dir>/<job id>_0_log.out`` (default ``log_dir``: ``<results_dir>/submitit``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import shlex
+import socket
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+import attention_zoo
+from lra_bench import REPO_ROOT
+from lra_bench.training.config import ConfigError
+
+if TYPE_CHECKING:  # submitit is imported where a launch needs it: the in-process suite runs without it
+  import submitit
+
+LAUNCHERS = ("inprocess", "local", "slurm")
+OPTION_KEYS = ("workers", "partition", "gpus_per_task", "time_limit_min", "array_size", "cpus_per_task",
+               "log_dir")
+FLAGS = {"workers": "--workers", "partition": "--partition", "gpus_per_task": "--gpus_per_task",
+         "time_limit_min": "--time_limit", "array_size": "--array_size", "cpus_per_task": "--cpus_per_task",
+         "log_dir": "--log_dir"}
+APPLIES = {"inprocess": (), "local": ("workers", "time_limit_min", "log_dir"), "slurm": OPTION_KEYS}
+MINIMUM = {"workers": 1, "gpus_per_task": 0, "time_limit_min": 1, "array_size": 1, "cpus_per_task": 1}
+DEFAULT_SLURM_TIME_LIMIT_MIN = 240  # submitit's own default is 5 minutes
+LOCAL_TIME_LIMIT_MIN = 7 * 24 * 60  # local workers: no limit in practice (submitit's default is 2 minutes)
+MAX_REQUEUES = 50  # requeues after a time limit (a long grid on short jobs needs many); preemptions are free
+SIGNAL_DELAY_S = 120  # USR2 this long before the time limit: the worker checkpoints and requeues
+POLL_S = 2.0
+
+
+def check_options(launcher: str, options: dict[str, Any] | None) -> dict[str, Any]:
+  """Every ``OPTION_KEYS`` entry (None: default), checked for this launcher; else a ``ConfigError``."""
+  if launcher not in LAUNCHERS:
+    raise ConfigError(f"--launcher {launcher!r} is not known; use one of: {', '.join(LAUNCHERS)}")
+  options = dict(options or {})
+  unknown = sorted(set(options) - set(OPTION_KEYS))
+  if unknown:
+    raise ConfigError(f"unknown launcher option(s) {', '.join(unknown)}; known: {', '.join(OPTION_KEYS)}")
+  full = {key: options.get(key) for key in OPTION_KEYS}
+  for key, value in full.items():
+    if value is None:
+      continue
+    if key not in APPLIES[launcher]:
+      users = [name for name in ("local", "slurm") if key in APPLIES[name]]
+      raise ConfigError(f"{FLAGS[key]} applies to --launcher {' or '.join(users)} only (got --launcher {launcher})")
+    if key in MINIMUM and (isinstance(value, bool) or not isinstance(value, int) or value < MINIMUM[key]):
+      raise ConfigError(f"{FLAGS[key]} must be an integer >= {MINIMUM[key]}, got {value!r}")
+    if key in ("partition", "log_dir") and (not isinstance(value, str) or not value.strip()):
+      raise ConfigError(f"{FLAGS[key]} must be a non-empty string, got {value!r}")
+  return full
+
+
+@dataclasses.dataclass
+class Grid:
+  """What every worker needs: the planned cells and how to run them (pickled into each job)."""
+
+  cells: list[Any]  # suite.Cell
+  results_dir: str
+  data_dir: str
+  overrides: list[str]
+  isolate: bool
+  retry: tuple[str, ...]
+  baseline: dict[tuple, int]  # records per cell when the suite was planned (``suite.record_counts``)
+  work: Callable[..., Any]  # ``suite.work``: one pass over cells (pickled by reference)
+
+
+class Worker:
+  """One worker of a launch: the suite loop until nothing is left to claim; checkpointable for submitit."""
+
+  def __init__(self, grid: Grid, index: int):
+    self.grid = grid
+    self.index = index
+
+  def __call__(self) -> dict[str, Any]:
+    _load_plugins()
+    _quiet_console()
+    grid, ran = self.grid, {}
+    print(f"worker {self.index} on {socket.gethostname()} (pid {os.getpid()}): {len(grid.cells)} planned cells",
+          flush=True)
+    while True:
+      todo = [c for c in grid.cells if c.name not in ran]  # a worker never reruns its own cell
+      summary = grid.work(todo, results_dir=grid.results_dir, data_dir=grid.data_dir,
+                           overrides=grid.overrides, isolate=grid.isolate, retry=grid.retry,
+                           baseline=grid.baseline, echo=lambda line: print(line, flush=True),
+                           done=lambda name, record: self._done(ran, name, record))
+      if not summary.ran:
+        break
+    return {"worker": self.index, "host": socket.gethostname(), "ran": ran,
+            "claimed_elsewhere": summary.claimed_elsewhere}
+
+  def _done(self, ran: dict[str, str], name: str, record: dict) -> None:
+    ran[name] = record["status"]
+    print(f"worker {self.index}: {record['status']}: {name}", flush=True)  # the log says who ran what
+
+  def checkpoint(self) -> submitit.helpers.DelayedSubmission:
+    """submitit's requeue protocol (preemption, time limit): the same worker again. Its state is on disk:
+    the records, and the interrupted cell's checkpoint, from which that cell resumes."""
+    import submitit
+
+    print(f"worker {self.index}: preempted or out of time; requeued (the running cell resumes from its "
+          "last checkpoint)", flush=True)
+    return submitit.helpers.DelayedSubmission(Worker(self.grid, self.index))
+
+
+def _load_plugins() -> None:
+  """Attention plugins of the submitting process (``LRA_BENCH_PLUGINS``) must exist in the worker too."""
+  load = getattr(attention_zoo, "load_plugins", None)
+  if load is not None:
+    load([])
+
+
+def _quiet_console() -> None:
+  """The worker's log (its stdout) keeps warnings and the per-cell lines; each cell's full log is its
+  ``train.log`` already (``suite._cell_logging``)."""
+  for handler in logging.getLogger().handlers:
+    if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+      handler.setLevel(logging.WARNING)
+
+
+def _pythonpath() -> str:
+  entries = [REPO_ROOT, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+  return os.pathsep.join(dict.fromkeys(e for e in entries if e))  # in order, once each
+
+
+@contextlib.contextmanager
+def _worker_env() -> Iterator[None]:
+  """Workers import this checkout (as ``--isolate`` cells do): its root leads their PYTHONPATH."""
+  old = os.environ.get("PYTHONPATH")
+  os.environ["PYTHONPATH"] = _pythonpath()
+  try:
+    yield
+  finally:
+    if old is None:
+      os.environ.pop("PYTHONPATH", None)
+    else:
+      os.environ["PYTHONPATH"] = old
+
+
+def worker_count(launcher: str, options: dict[str, Any], pending: int) -> int:
+  """local: ``workers`` processes (default: one per CPU); slurm: ``array_size`` array tasks (default:
+  one per pending cell). Never more workers than pending cells."""
+  if launcher == "local":
+    return max(1, min(pending, options["workers"] or os.cpu_count() or 1))
+  return max(1, min(pending, options["array_size"] or pending))
+
+
+def make_executor(launcher: str, options: dict[str, Any], folder: str, count: int) -> submitit.AutoExecutor:
+  """The submitit executor of a launch, with the scheduler parameters from ``options``."""
+  import submitit
+
+  cluster = "local" if launcher == "local" else "slurm"
+  try:
+    executor = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=MAX_REQUEUES,
+                                     local_max_num_timeout=MAX_REQUEUES)
+  except RuntimeError as err:  # SlurmExecutor: no srun on PATH
+    raise ConfigError(f"--launcher slurm needs SLURM on this machine ({err}); submit from a login node of "
+                      "the cluster, or use --launcher local") from None
+  if launcher == "local":
+    executor.update_parameters(name="lra-bench-suite", timeout_min=options["time_limit_min"] or LOCAL_TIME_LIMIT_MIN,
+                               stderr_to_stdout=True)
+    return executor
+  params: dict[str, Any] = dict(
+      name="lra-bench-suite", nodes=1, tasks_per_node=1, stderr_to_stdout=True,
+      timeout_min=options["time_limit_min"] or DEFAULT_SLURM_TIME_LIMIT_MIN,
+      slurm_array_parallelism=min(count, options["workers"] or count), slurm_signal_delay_s=SIGNAL_DELAY_S,
+      slurm_setup=[f"export PYTHONPATH={shlex.quote(_pythonpath())}"]
+      + ([f"export LRA_BENCH_PLUGINS={shlex.quote(os.environ['LRA_BENCH_PLUGINS'])}"]
+         if os.environ.get("LRA_BENCH_PLUGINS") else []))
+  if options["gpus_per_task"] is not None:
+    params["gpus_per_node"] = options["gpus_per_task"]  # one task per node: per node == per task
+  if options["cpus_per_task"] is not None:
+    params["cpus_per_task"] = options["cpus_per_task"]
+  if options["partition"] is not None:
+    params["slurm_partition"] = options["partition"]
+  executor.update_parameters(**params)
+  return executor
+
+
+def submit(launcher: str, options: dict[str, Any], grid: Grid) -> tuple[list[submitit.Job], str]:
+  """Submits the workers (one job each; one job array on SLURM); returns the jobs and the log dir."""
+  from submitit.core import utils as submitit_utils
+
+  folder = os.path.abspath(options["log_dir"] or os.path.join(grid.results_dir, "submitit"))
+  count = worker_count(launcher, options, len(grid.cells))
+  with _worker_env():
+    executor = make_executor(launcher, options, folder, count)
+    try:
+      jobs = executor.submit_array([Worker(grid, i) for i in range(count)])
+    except (submitit_utils.FailedSubmissionError, OSError, RuntimeError) as err:
+      raise ConfigError(f"--launcher {launcher}: submitting {count} workers failed: "
+                        f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}") from None
+  return jobs, folder
+
+
+def wait(jobs: Sequence[submitit.Job], finished: Callable[[], int] | None = None,
+         bar=None) -> tuple[list[dict], list[str]]:
+  """Waits for local workers (the bar follows ``finished()``, the count of cells done); returns their
+  results and a line per dead worker. Ctrl-C cancels the workers."""
+  from submitit.core import utils as submitit_utils
+
+  try:
+    while not all(job.done() for job in jobs):
+      if bar is not None and finished is not None:
+        bar.update(finished() - bar.n)
+      time.sleep(POLL_S)
+  except KeyboardInterrupt:
+    for job in jobs:
+      job.cancel(check=False)
+    raise
+  outputs, dead = [], []
+  for job in jobs:
+    try:
+      outputs.append(job.result())
+    except submitit_utils.UncompletedJobError as err:
+      reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+      dead.append(f"worker job {job.job_id} died ({reason[:200]}); its log: {job.paths.stdout}")
+  return outputs, dead
+
+
+@dataclasses.dataclass
+class Launch:
+  """What a launch did: the workers' job ids, their results (local) and the lines for the summary."""
+
+  jobs: list[str]
+  outputs: list[dict]
+  notes: list[str]
+  waited: bool
+
+
+def launch(launcher: str, options: dict[str, Any], grid: Grid, *, finished: Callable[[], int] | None = None,
+           progress: bool = True, desc: str = "suite") -> Launch:
+  """local: submits the workers and waits for them. slurm: submits the job array and returns."""
+  from tqdm.auto import tqdm
+
+  jobs, folder = submit(launcher, options, grid)
+  ids = [job.job_id for job in jobs]
+  if launcher == "slurm":
+    array = ids[0].split("_")[0]
+    return Launch(ids, [], [
+        f"submitted {len(jobs)} workers as SLURM job array {array} "
+        f"({_describe(options, len(jobs))}); logs: {folder}/{array}_<i>_0_log.out",
+        f"watch: squeue -j {array}; results: {grid.results_dir}/results.jsonl "
+        f"(lra-bench report --results_dir {grid.results_dir})",
+        "a preempted or timed-out worker is requeued and its cell resumes from its checkpoint; after the array "
+        "ends, rerunning this command submits workers only for cells still missing"], waited=False)
+  bar = tqdm(total=len(grid.cells), unit="cell", desc=desc, disable=not progress, dynamic_ncols=True,
+             smoothing=0.0)
+  try:
+    outputs, dead = wait(jobs, finished, bar)
+  finally:
+    bar.close()
+  return Launch(ids, outputs, [f"{len(jobs)} local workers (submitit): logs in {folder}", *dead], waited=True)
+
+
+def _describe(options: dict[str, Any], count: int) -> str:
+  parts = [f"at most {min(count, options['workers'] or count)} at once",
+           f"time limit {options['time_limit_min'] or DEFAULT_SLURM_TIME_LIMIT_MIN} min"]
+  if options["partition"]:
+    parts.append(f"partition {options['partition']}")
+  if options["gpus_per_task"] is not None:
+    parts.append(f"{options['gpus_per_task']} GPU(s) each")
+  if options["cpus_per_task"] is not None:
+    parts.append(f"{options['cpus_per_task']} CPUs each")
+  return ", ".join(parts)
