@@ -396,7 +396,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
   """``app.run``'s flags_parser: the namespace of ``argv`` (exits 2 with one line on a bad value)."""
   args, extra = build_parser().parse_known_args(argv[1:])
   if extra:  # named by the command's parser, which knows which flags it does take
-    args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.parser.error(f"{args.parser.prog}: unrecognized arguments: {' '.join(extra)}")
   del args.parser
   args.verbose = not flags.FLAGS["verbosity"].using_default_value  # before app.run bumps it to INFO
   return args

@@ -138,7 +138,7 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = (), *, atte
 # not a batch size); ``float`` keys take ints or floats, finite. ``closed`` bounds are allowed values.
 _INT, _FLOAT = "an integer", "a number"
 NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
-    ("seed", _INT, 0, MAX_SEED, "[0, 2**31 - 1]"),
+    ("seed", _INT, 0, MAX_SEED, "in [0, 2**31 - 1]"),
     ("batch_size", _INT, 1, None, ">= 1"),
     ("accumulate_steps", _INT, 1, None, ">= 1"),
     ("num_train_steps", _INT, 1, None, ">= 1"),
@@ -193,7 +193,7 @@ def _lookup(config: ml_collections.ConfigDict, key: str) -> tuple[bool, Any]:
 def check_number(key: str, value: Any, kind: str, low: float, high: float | None, allowed: str,
                  open_low: bool = False, open_high: bool = False) -> None:
   """Raises ConfigError unless ``value`` is ``kind`` (an int; or an int/float) within the bounds."""
-  expected = f"{kind} {allowed}"
+  expected = f"{kind} {allowed}".strip()
   numeric = (int,) if kind == _INT else (int, float)
   if isinstance(value, bool) or not isinstance(value, numeric):
     _fail(key, value, expected)
@@ -254,10 +254,32 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       f"{config.model.num_heads}; expected a multiple of num_heads")
   _validate_names(config)
   _validate_data(config)
+  _validate_attention(config)
+
+
+def _validate_attention(config: ml_collections.ConfigDict) -> None:
+  """``model.attention_kwargs``: each value of its field's type (bool / int / float), then the core's own
+  checks (its config's ``__post_init__``)."""
+  kwargs = config.model.attention_kwargs.to_dict()
   try:
-    attention_zoo.attention_config(config.model.attention, **dict(config.model.attention_kwargs))
+    hints = typing.get_type_hints(type(attention_zoo.attention_config(config.model.attention)))
   except (ValueError, TypeError) as err:
     raise ConfigError(str(err)) from None
+  for field, value in kwargs.items():
+    key, kind = f"model.attention_kwargs.{field}", hints.get(field)
+    if kind is bool and not isinstance(value, bool):
+      _fail(key, value, "True or False")
+    elif kind is int:
+      check_number(key, value, _INT, -math.inf, None, "")
+    elif kind is float:
+      check_number(key, value, _FLOAT, -math.inf, None, "")
+  if "dropout_rate" in kwargs:
+    check_number("model.attention_kwargs.dropout_rate", kwargs["dropout_rate"], _FLOAT, 0.0, 1.0, "in [0, 1)",
+                 open_high=True)
+  try:
+    attention_zoo.attention_config(config.model.attention, **kwargs)
+  except (ValueError, TypeError) as err:
+    raise ConfigError(f"model.attention_kwargs: {err}") from None
 
 
 def _validate_names(config: ml_collections.ConfigDict) -> None:
