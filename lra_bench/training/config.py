@@ -7,7 +7,10 @@ the attention and the seed are arguments (never formatted into override strings)
 optional). Unknown keys are errors, except below the open sections ``OPEN_SECTIONS``: a new key of
 ``model.attention_kwargs`` is parsed by the type of the attention config's field of that name (and
 checked by the registry), a new key of ``data.options`` / ``data.prepare`` as a Python literal, else as
-text. ``validate`` holds every check a config can have without knowing the devices.
+text. ``validate`` holds every check a config can have without knowing the devices: each key's type and
+range (``NUMERIC_KEYS``; True is not a batch size), the names (precision, pooling, schedule factors ...),
+the open sections against what the task and the attention core take, and the cross-key rules; each
+failure is one line naming the key, the value and what is allowed, raised before the first step.
 """
 
 from __future__ import annotations
