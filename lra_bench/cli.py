@@ -83,8 +83,8 @@ def positive_float(text: str) -> float:
   return value
 
 
-def int_list(low: int, high: int | None = None) -> Callable[[str], list[int]]:
-  """A non-empty comma list of integers in ``[low, high]`` (``1024,2048``)."""
+def int_list(low: int, high: int | None = None, min_items: int = 1) -> Callable[[str], list[int]]:
+  """A comma list of at least ``min_items`` distinct integers in ``[low, high]`` (``1024,2048``)."""
   element = int_at_least(low, high)
 
   def parse(text: str) -> list[int]:
@@ -93,9 +93,13 @@ def int_list(low: int, high: int | None = None) -> Callable[[str], list[int]]:
       raise argparse.ArgumentTypeError(f"{text!r} has an empty item; expected a comma list of integers "
                                        f">= {low}, e.g. 1,2")
     try:
-      return [element(item) for item in items]
+      values = [element(item) for item in items]
     except argparse.ArgumentTypeError as err:
       raise argparse.ArgumentTypeError(f"in {text!r}: {err}") from None
+    if len(set(values)) < min_items:
+      raise argparse.ArgumentTypeError(f"{text!r} is not allowed; expected at least {min_items} different "
+                                       "values")
+    return values
 
   return parse
 
@@ -297,7 +301,7 @@ def _add_suite(commands, common) -> None:
   p.add_argument("--protocol", type=text_value, default="smoke", help="protocol preset in configs/")
   p.add_argument("--tasks", type=names, default="all", help="'all' or a comma list of tasks")
   p.add_argument("--attentions", type=names, default="all", help="'all' or a comma list of attentions")
-  p.add_argument("--seeds", type=int_list(0, MAX_SEED), default=[0], help="comma list of seeds")
+  p.add_argument("--seeds", type=int_list(0, MAX_SEED), default="0", help="comma list of seeds")
   p.add_argument("--results_dir", type=output_dir, required=True, help="records (results.jsonl), runs, locks")
   _add_data_dir(p)
   _add_overrides(p, "every cell")
@@ -313,13 +317,13 @@ def _add_suite(commands, common) -> None:
   p.add_argument("--time_limit", type=int_at_least(1), metavar="MIN", help="slurm: minutes per cell")
   p.add_argument("--array_size", type=int_at_least(1), help="slurm: array tasks running at once")
   p.add_argument("--cpus_per_task", type=int_at_least(1), help="slurm: CPUs per cell")
-  p.add_argument("--log_dir", type=output_dir, help="local/slurm: worker logs (default: <results_dir>/logs)")
+  p.add_argument("--log_dir", type=output_dir, help="local/slurm: worker logs (default: the launcher's)")
 
 
 def _add_bench(commands, common) -> None:
   p = _command(commands, "bench", "time the LRA Table 2 model: steps/s, memory and FLOPs per length",
                _bench, common)
-  p.add_argument("--lengths", type=int_list(1), default=[1024, 2048, 3072, 4096, 8192, 16384],
+  p.add_argument("--lengths", type=int_list(1), default="1024,2048,3072,4096,8192,16384",
                  help="comma list of sequence lengths")
   p.add_argument("--attentions", type=names, default="all", help="'all' or a comma list of attentions")
   p.add_argument("--batch_size", type=int_at_least(1), default=32, help="batch size (LRA Table 2: 32)")
@@ -359,7 +363,8 @@ def _add_check(commands, common) -> None:
   p = _command(commands, "check", "conformance, cost and learnability of one attention core (exit 1 when a "
                "property fails)", _check, common)
   p.add_argument("name", metavar="NAME", help="attention core (lra-bench list attentions)")
-  p.add_argument("--lengths", type=int_list(1), default=[256, 512], help="the two lengths of the cost fit")
+  p.add_argument("--lengths", type=int_list(1, min_items=2), default="256,512",
+                 help="lengths of the cost fit (two or more)")
   p.add_argument("--out", type=output_dir, help="write the table and the heatmap here")
   p.add_argument("--steps", type=int_at_least(1), help="training steps of the learnability run "
                  "(default: the smoke ListOps cell's)")

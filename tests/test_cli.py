@@ -89,7 +89,7 @@ COMMAND_FLAGS = [
                                          "--timeout", "--compile_only_from"], "--seeds"),
     (["report", "--results_dir=/tmp/r"], ["--results_dir", "--out", "--reference_dir", "--length"], "--repeats"),
     (["viz", "attention", "vanilla"], ["NAME", "--length", "(default: 64)", "--out"], "--results_dir"),
-    (["check", "vanilla"], ["NAME", "--lengths", "(default: [256, 512])", "--steps", "--quick"], "--workdir"),
+    (["check", "vanilla"], ["NAME", "--lengths", "(default: 256,512)", "--steps", "--quick"], "--workdir"),
     (["new", "attention", "mine"], ["NAME", "--dir"], "--lengths"),
 ]
 
@@ -100,7 +100,7 @@ def test_each_command_has_only_its_own_flags(capsys, command, shown, foreign):
   with pytest.raises(SystemExit) as exit_:
     cli_lib.parse(["lra-bench", *command, "--help"])
   assert exit_.value.code == 0
-  text = capsys.readouterr().out
+  text = " ".join(capsys.readouterr().out.split())  # help wraps lines anywhere
   for flag in [*shown, "--plugin MODULE"]:
     assert flag in text, flag
   assert foreign not in text
@@ -197,3 +197,28 @@ def test_third_party_info_logs_are_off_unless_asked(monkeypatch):
   cli_lib.quiet_logs(verbose=False)
   assert all(logging.getLogger(name).level == logging.WARNING for name in ("absl", "orbax", "tensorstore"))
   assert logging.getLogger("lra_bench").level == logging.NOTSET  # ours follow --verbosity
+
+
+def readme_commands() -> list[str]:
+  """The commands of the README's "Using it" block, as written (comments cut)."""
+  with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+    text = f.read()
+  block = text.split("## Using it", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+  return [line.split(" #", 1)[0].strip() for line in block.splitlines() if line.startswith("lra-bench ")]
+
+
+@pytest.mark.timeout(900)  # subprocess(es)
+def test_readme_commands_work_from_a_fresh_directory(tmp_path):
+  """The first commands a newcomer types, verbatim, in an empty working directory (relative workdir).
+  The LRA-size ListOps (96k examples) is left out: it is the smoke one with bigger counts."""
+  commands = [c for c in readme_commands() if c != "lra-bench data prepare listops"]
+  assert any(c.startswith("lra-bench train ") and "--workdir runs/" in c for c in commands), commands
+  cwd = tmp_path / "fresh"
+  cwd.mkdir()
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", LRA_DATA_DIR=str(tmp_path / "data"),
+             PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+  for command in commands:
+    argv = [sys.executable, "-m", "lra_bench", *command.split()[1:]]
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env, timeout=800)
+    assert proc.returncode == 0, (command, proc.stderr[-3000:])
+  assert (cwd / "runs" / "demo" / "result.json").exists()

@@ -161,6 +161,7 @@ def parse_error(capsys, *argv) -> str:
     (["suite", "--results_dir=R", "--cpus_per_task=0"], "--cpus_per_task: 0 is not allowed"),
     (["check", "vanilla", "--lengths=256,0"], "--lengths: in '256,0': 0 is not allowed"),
     (["check", "vanilla", "--steps=0"], "--steps: 0 is not allowed"),
+    (["check", "vanilla", "--lengths=256"], "--lengths: '256' is not allowed; expected at least 2 different"),
     (["list", "--repeats=3"], "lra-bench list: unrecognized arguments: --repeats=3"),
     (["train", "--task=listops", "--lengths=256"], "unrecognized arguments: --lengths=256"),
     (["report", "--results_dir=R", "--isolate"], "unrecognized arguments: --isolate"),
