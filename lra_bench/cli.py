@@ -385,7 +385,9 @@ def build_parser() -> Parser:
   common.add_argument("--plugin", action="append", default=[], metavar="MODULE", type=text_value,
                       help="import this module first, so the attentions it registers exist (repeatable; "
                       "also $LRA_BENCH_PLUGINS and the lra_bench.attentions entry points)")
-  top = Parser(prog="lra-bench", description="lra-bench: the Long-Range Arena harness (JAX/Flax/Optax).",
+  top = Parser(prog="lra-bench", description="lra-bench: the Long-Range Arena harness (JAX/Flax/Optax).\n"
+               "`lra-bench COMMAND --help` shows a command's flags; --verbosity 1 on any command also\n"
+               "shows the libraries' INFO logs (--helpfull lists absl's flags).",
                epilog=START, formatter_class=HelpFormatter)
   top.add_argument("--plugin", action="append", default=[], dest="top_plugins", metavar="MODULE",
                    type=text_value, help="as the commands' --plugin (repeatable)")
@@ -439,7 +441,7 @@ def _prepare(args: argparse.Namespace) -> str:
   task = tasks.get_task(args.task)
   options = config.load_config(args.protocol, args.task).data.prepare.to_dict() if args.protocol else {}
   options.update({name: getattr(args, name) for name in PREPARE_FLAGS if getattr(args, name) is not None})
-  config.validate_prepare(options, f"data prepare {args.task}")
+  config.validate_prepare(options)  # the merged options: each flag passed alone, not all together
   logging.info("preparing %s in %s with %s", args.task, _data_dir(args), options or "defaults")
   try:
     return task.prepare(_data_dir(args), **options)
