@@ -1,7 +1,7 @@
-"""The ``lra-bench`` command line: flags, and one call into a wing per command.
+"""The ``lra-bench`` command line: one subcommand per command, each with only its own flags.
 
   lra-bench list [attentions|tasks|protocols]
-  lra-bench data prepare <task> [--protocol smoke] [--num_train N ...] [--data_dir DIR]
+  lra-bench data prepare TASK [--protocol smoke] [--num_train N ...] [--data_dir DIR]
   lra-bench data prepare pathfinder --resolution 32 --contour_length 14 --num_images N --seed S
   lra-bench data download lra-release [--data_dir DIR] [--url URL] [--sha256 HEX]
   lra-bench train --task listops --attention vanilla --protocol smoke --seed 0 --workdir DIR
@@ -9,135 +9,463 @@
   lra-bench bench --lengths 1024,2048,4096 --attentions all --batch_size 32 --mode train --results_dir DIR
   lra-bench report --results_dir DIR --out DIR
   lra-bench viz attention NAME [--length 64] [--out FILE.png|.svg]
+  lra-bench check NAME [--lengths 256,512] [--out DIR] [--steps N] [--quick]
+  lra-bench new attention NAME [--dir DIR]
+
+Parsing is absl's argparse integration (``argparse_flags.ArgumentParser`` handed to ``app.run``), so a
+flag another command uses is an error here instead of being silently ignored, every value is checked by
+its argparse type before anything runs (one line: flag, value, allowed range), and ``--help`` shows the
+defaults. absl's own flags (``--verbosity``, ``--logtostderr``; ``--helpfull`` lists them) work on every
+command. Nothing heavy is imported before a command runs: ``--help`` and ``list`` never load TensorFlow.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
+import math
 import os
+import re
 import shlex
 import sys
+from typing import Any, Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags  # noqa: E402
+from absl.flags import argparse_flags  # noqa: E402
 
-from tasks.base import default_data_dir  # noqa: E402
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("task", None, "Task name (lra-bench list).")
-flags.DEFINE_string("attention", "vanilla", "Attention core name (lra-bench list).")
-flags.DEFINE_string("protocol", None, "Protocol preset in configs/ (train default: lra).")
-flags.DEFINE_integer("seed", 0, "Run seed: parameters, dropout, data order.")
-flags.DEFINE_string("workdir", None, "Run directory (checkpoints, summaries, result.json).")
-flags.DEFINE_string("data_dir", None, "Data root (default $LRA_DATA_DIR or ~/lra_data).")
-flags.DEFINE_string("results_dir", None, "Also append the record to <results_dir>/results.jsonl.")
-flags.DEFINE_multi_string("set", [], "Config override key=value (repeatable), e.g. model.num_layers=2.")
-flags.DEFINE_bool("force", False, "Rerun a finished run from scratch.")
-# multi-host (lra_bench/training/parallel.py); unset = one process unless the environment says otherwise
-flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0 (jax.distributed).")
-flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
-flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
-flags.DEFINE_bool("distributed", None, "Multi-host: force (or forbid) jax.distributed.initialize() with "
-                  "the cluster auto-detected (Cloud TPU pod slices, Slurm, Open MPI).")
-# data prepare options (None = the task's / protocol's default)
-flags.DEFINE_string("name", None, "ListOps: file name prefix (basic_*.tsv); Pathfinder: sub-folder.")
-flags.DEFINE_integer("num_train", None, "Generated training examples.")
-flags.DEFINE_integer("num_val", None, "Generated validation examples.")
-flags.DEFINE_integer("num_test", None, "Generated test examples.")
-flags.DEFINE_integer("min_length", None, "ListOps: keep expressions longer than this.")
-flags.DEFINE_integer("max_length", None, "ListOps: keep expressions shorter than this.")
-flags.DEFINE_bool("overwrite", None, "Regenerate data that already exists.")
-flags.DEFINE_integer("resolution", None, "Pathfinder: image side (32, 64, 128, 256).")
-flags.DEFINE_integer("contour_length", None, "Pathfinder: 6 (easy), 9 (intermediate), 14 (hard).")
-flags.DEFINE_integer("num_images", None, "Pathfinder: images to generate (release: 200000).")
-flags.DEFINE_integer("images_per_batch", None, "Pathfinder: images per imgs/<batch> folder.")
-flags.DEFINE_integer("workers", None, "Pathfinder: generator processes (default: all cores).")
-flags.DEFINE_string("url", None, "data download: URL of the LRA tarball (default: the official one).")
-flags.DEFINE_string("sha256", None, "data download: expected sha256 of the tarball.")
-
-# suite
-flags.DEFINE_string("tasks", "all", "suite: 'all' or a comma list of tasks.")
-flags.DEFINE_string("attentions", "all", "suite/bench: 'all' or a comma list of attentions.")
-flags.DEFINE_string("seeds", "0", "suite: comma list of seeds.")
-flags.DEFINE_bool("isolate", None, "suite: each cell in a fresh subprocess (default: in-process); "
-                  "bench: each point in a fresh subprocess (default: yes).")
-flags.DEFINE_bool("retry_failed", True, "suite: rerun cells whose last record is 'failed'.")
-# bench
-flags.DEFINE_string("lengths", "1024,2048,3072,4096,8192,16384", "bench: comma list of sequence lengths.")
-flags.DEFINE_integer("batch_size", 32, "bench: batch size (LRA Table 2: 32).")
-flags.DEFINE_enum("mode", "train", ["train", "inference"], "bench: train step or forward only.")
-flags.DEFINE_integer("repeats", 10, "bench: timed steps per point (median and IQR reported).")
-flags.DEFINE_integer("warmup_steps", 2, "bench: untimed steps after compilation.")
-flags.DEFINE_bool("compile_only", False, "bench: XLA FLOPs and compiled memory only, no timing.")
-flags.DEFINE_integer("compile_only_from", None, "bench: lengths >= this are compiled only.")
-flags.DEFINE_float("timeout", 600.0, "bench: seconds per point before it is recorded as failed.")
-# report / viz
-flags.DEFINE_string("out", None, "report: output directory (default <results_dir>/report); "
-                    "viz: output file (.png or .svg).")
-flags.DEFINE_string("reference_dir", None, "report: published numbers (default reports/reference).")
-flags.DEFINE_integer("length", 64, "viz / report: sequence length of the effective-attention probe.")
-
+# The next command a newcomer runs (the top-level --help ends with it).
+START = ("start with: ./run_all.sh (the whole smoke suite, bench and report), or\n"
+         "  lra-bench data prepare listops --protocol smoke && lra-bench train --task listops "
+         "--protocol smoke --workdir runs/demo")
+LISTINGS = ("attentions", "tasks", "protocols")
+MODES = ("train", "inference")
+LAUNCHERS = ("inprocess", "local", "slurm")
+# suite flag -> key of suite.run_suite(launcher_options=...)
+LAUNCHER_OPTIONS = {"workers": "workers", "partition": "partition", "gpus_per_task": "gpus_per_task",
+                    "time_limit": "time_limit_min", "array_size": "array_size",
+                    "cpus_per_task": "cpus_per_task", "log_dir": "log_dir"}
 PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_length", "overwrite",
-                 "resolution", "contour_length", "num_images", "images_per_batch", "workers")
-
-USAGE = __doc__
-
-
-def _data_dir() -> str:
-  return FLAGS.data_dir or default_data_dir()
+                 "resolution", "contour_length", "num_images", "images_per_batch", "workers", "seed")
+# Loggers of libraries whose INFO lines are noise for a user (orbax logs through absl's logger).
+CHATTY_LOGGERS = ("absl", "orbax", "tensorstore", "tensorflow", "tensorflow_datasets", "jax")
+MAX_SEED = 2**31 - 1
 
 
-def _list(what: str | None) -> str:
+# ----------------------------------------------------------------------------------------------------
+# Value types: each returns the parsed value or raises ArgumentTypeError with the allowed range.
+
+
+def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+  """An integer in ``[low, high]``."""
+  allowed = f"an integer >= {low}" + (f" and <= {high}" if high is not None else "")
+
+  def parse(text: str) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f"{text!r} is not an integer; expected {allowed}") from None
+    if value < low or (high is not None and value > high):
+      raise argparse.ArgumentTypeError(f"{value} is not allowed; expected {allowed}")
+    return value
+
+  return parse
+
+
+def positive_float(text: str) -> float:
+  try:
+    value = float(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number; expected a number > 0") from None
+  if not math.isfinite(value) or value <= 0:
+    raise argparse.ArgumentTypeError(f"{text} is not allowed; expected a finite number > 0")
+  return value
+
+
+def int_list(low: int, high: int | None = None, min_items: int = 1) -> Callable[[str], list[int]]:
+  """A comma list of at least ``min_items`` distinct integers in ``[low, high]`` (``1024,2048``)."""
+  element = int_at_least(low, high)
+
+  def parse(text: str) -> list[int]:
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+      raise argparse.ArgumentTypeError(f"{text!r} has an empty item; expected a comma list of integers "
+                                       f">= {low}, e.g. 1,2")
+    try:
+      values = [element(item) for item in items]
+    except argparse.ArgumentTypeError as err:
+      raise argparse.ArgumentTypeError(f"in {text!r}: {err}") from None
+    if len(set(values)) < min_items:
+      raise argparse.ArgumentTypeError(f"{text!r} is not allowed; expected at least {min_items} different "
+                                       "values")
+    return values
+
+  return parse
+
+
+def names(text: str) -> str:
+  """``all`` or a non-empty comma list of names (checked against the registry when the command runs)."""
+  items = [item.strip() for item in text.split(",")]
+  if not text.strip() or any(not item for item in items):
+    raise argparse.ArgumentTypeError(f"{text!r} has an empty name; expected 'all' or a comma list of names")
+  return ",".join(items)
+
+
+def text_value(text: str) -> str:
+  if not text.strip():
+    raise argparse.ArgumentTypeError("an empty value is not allowed")
+  return text
+
+
+def _path(text: str) -> str:
+  return os.path.abspath(os.path.expanduser(text_value(text)))
+
+
+def unwritable(path: str) -> str | None:
+  """Why directory ``path`` cannot be created or written, or None when it can."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    return f"{path} exists and is not a directory"
+  existing = path
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    return f"{path} cannot be created: {existing} is a file"
+  if not os.access(existing, os.W_OK | os.X_OK):
+    return f"{path} cannot be created or written: {existing} is not writable"
+  return None
+
+
+def input_dir(text: str) -> str:
+  """A directory read from (made absolute; existence is the reader's check, with its own fix)."""
+  return _path(text)
+
+
+def output_dir(text: str) -> str:
+  """A directory written to: checked now, so a run never fails on its output after the work is done."""
+  path = _path(text)
+  problem = unwritable(path)
+  if problem:
+    raise argparse.ArgumentTypeError(problem)
+  return path
+
+
+def checked_output_dir(flag: str, path: str) -> str:
+  """``output_dir`` for a default path (the flag was not given): a ConfigError naming the flag."""
+  from lra_bench.training.config import ConfigError
+
+  try:
+    return output_dir(path)
+  except argparse.ArgumentTypeError as err:
+    raise ConfigError(f"{flag} (default): {err}; pass {flag} DIR") from None
+
+
+def image_file(text: str) -> str:
+  """A .png or .svg file whose folder can be created and written."""
+  path = _path(text)
+  if os.path.splitext(path)[1].lower() not in (".png", ".svg"):
+    raise argparse.ArgumentTypeError(f"{text!r} is not allowed; expected a file name ending in .png or .svg")
+  if os.path.isdir(path):
+    raise argparse.ArgumentTypeError(f"{path} is a directory; expected a .png or .svg file name")
+  problem = unwritable(os.path.dirname(path))
+  if problem:
+    raise argparse.ArgumentTypeError(problem)
+  return path
+
+
+def override(text: str) -> str:
+  if "=" not in text or not text.split("=", 1)[0].strip():
+    raise argparse.ArgumentTypeError(f"{text!r} is not of the form key=value (e.g. model.num_layers=2)")
+  return text
+
+
+# ----------------------------------------------------------------------------------------------------
+# The parser
+
+
+class BoolFlag(argparse.Action):
+  """An absl-style boolean: ``--name`` sets it, ``--noname`` clears it."""
+
+  def __init__(self, option_strings, dest, default=None, help=None):  # noqa: A002 - argparse's name
+    self.positive = tuple(option_strings)
+    super().__init__([*option_strings, *("--no" + s[2:] for s in option_strings)], dest, nargs=0,
+                     default=default, help=help)
+
+  def __call__(self, parser, namespace, values, option_string=None):
+    setattr(namespace, self.dest, option_string in self.positive)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+  """Shows a flag's default unless it is None or empty (those helps say what happens instead)."""
+
+  def _get_help_string(self, action):
+    if action.default is None or action.default == [] or action.default is argparse.SUPPRESS:
+      return action.help
+    return super()._get_help_string(action)
+
+
+class Parser(argparse_flags.ArgumentParser):
+  """absl's argparse parser, with every error as one line: the flag, the value, the allowed range."""
+
+  def error(self, message: str):
+    message = re.sub(r"^argument ", "", message)
+    choice = re.match(r"(COMMAND|SUBCOMMAND): invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if choice:
+      words = self.prog.split()[1:] + [choice.group(2)]
+      message = f"unknown command {' '.join(words)!r}; commands: {choice.group(3)}"
+    self.exit(2, f"error: {message} ({self.prog} --help shows the usage)\n")
+
+
+def _command(commands, name: str, summary: str, handler: Callable[[argparse.Namespace], Any],
+             common: argparse.ArgumentParser, **kwargs) -> argparse.ArgumentParser:
+  parser = commands.add_parser(name, help=summary, description=summary, parents=[common],
+                               formatter_class=HelpFormatter, **kwargs)
+  parser.set_defaults(handler=handler, parser=parser)
+  return parser
+
+
+def _group(commands, name: str, summary: str) -> argparse._SubParsersAction:
+  parser = commands.add_parser(name, help=summary, description=summary, formatter_class=HelpFormatter)
+  return parser.add_subparsers(metavar="SUBCOMMAND", required=True, parser_class=Parser)
+
+
+def _add_data_dir(parser: argparse.ArgumentParser, kind: Callable[[str], str] = input_dir) -> None:
+  parser.add_argument("--data_dir", type=kind, help="data root (default: $LRA_DATA_DIR or ~/lra_data)")
+
+
+def _add_overrides(parser: argparse.ArgumentParser, what: str) -> None:
+  parser.add_argument("--set", type=override, action="append", default=[], metavar="KEY=VALUE",
+                      help=f"config override, repeatable, applied to {what} (e.g. model.num_layers=2)")
+
+
+def _add_list(commands, common) -> None:
+  p = _command(commands, "list", "list the registered attentions, tasks and protocols", _list, common)
+  p.add_argument("what", nargs="?", help=f"one listing only: {', '.join(LISTINGS)}")
+
+
+def _add_data(commands, common) -> None:
+  data = _group(commands, "data", "make or check the data of a task (data prepare TASK, data download)")
+  p = _command(data, "prepare", "generate (ListOps, Pathfinder, Path-X) or check (Text, Retrieval, Image) "
+               "the data of TASK", _prepare, common)
+  p.add_argument("task", metavar="TASK", help="task name (lra-bench list tasks)")
+  p.add_argument("--protocol", type=text_value, help="take the options from this protocol's data.prepare "
+                 "(flags below override them)")
+  _add_data_dir(p, output_dir)
+  p.add_argument("--seed", type=int_at_least(0, MAX_SEED), help="generator seed (default: the task's, 0)")
+  p.add_argument("--name", type=text_value, help="ListOps: file name prefix (basic_*.tsv); "
+                 "Pathfinder: sub-folder")
+  for split in ("train", "val", "test"):
+    p.add_argument(f"--num_{split}", type=int_at_least(1), help=f"ListOps: generated {split} examples")
+  p.add_argument("--min_length", type=int_at_least(0), help="ListOps: keep expressions longer than this")
+  p.add_argument("--max_length", type=int_at_least(2), help="ListOps: keep expressions shorter than this")
+  p.add_argument("--overwrite", action=BoolFlag, help="regenerate data that already exists")
+  p.add_argument("--resolution", type=int_at_least(1), help="Pathfinder: image side (32, 64, 128, 256)")
+  p.add_argument("--contour_length", type=int_at_least(1),
+                 help="Pathfinder: 6 (easy), 9 (intermediate), 14 (hard)")
+  p.add_argument("--num_images", type=int_at_least(1), help="Pathfinder: images to make (release: 200000)")
+  p.add_argument("--images_per_batch", type=int_at_least(1), help="Pathfinder: images per imgs/<batch> folder")
+  p.add_argument("--workers", type=int_at_least(1), help="Pathfinder: generator processes (default: all cores)")
+  p = _command(data, "download", "download and unpack the official LRA release tarball", _download, common)
+  p.add_argument("what", choices=("lra-release",), help="what to download")
+  _add_data_dir(p, output_dir)
+  p.add_argument("--url", type=text_value, help="URL of the LRA tarball (default: the official one)")
+  p.add_argument("--sha256", type=text_value, help="expected sha256 of the tarball")
+
+
+def _add_train(commands, common) -> None:
+  p = _command(commands, "train", "train and evaluate one model (one task, attention, protocol, seed)",
+               _train, common)
+  p.add_argument("--task", type=text_value, required=True, help="task name (lra-bench list tasks)")
+  p.add_argument("--attention", type=text_value, default="vanilla", help="attention core (lra-bench list)")
+  p.add_argument("--protocol", type=text_value, default="lra", help="protocol preset in configs/")
+  p.add_argument("--seed", type=int_at_least(0, MAX_SEED), default=0, help="run seed: parameters, dropout, "
+                 "data order")
+  p.add_argument("--workdir", type=output_dir, help="run directory: checkpoints, summaries, result.json "
+                 "(default: runs/<protocol>/<task>/<attention>_seed<seed>)")
+  _add_data_dir(p)
+  p.add_argument("--results_dir", type=output_dir, help="also append the record to "
+                 "<results_dir>/results.jsonl")
+  _add_overrides(p, "the run")
+  p.add_argument("--force", action=BoolFlag, default=False, help="rerun a finished run from scratch")
+  # multi-host (lra_bench/training/parallel.py); unset = one process unless the environment says otherwise
+  p.add_argument("--coordinator_address", type=text_value, help="multi-host: host:port of process 0")
+  p.add_argument("--num_processes", type=int_at_least(1), help="multi-host: number of processes")
+  p.add_argument("--process_id", type=int_at_least(0), help="multi-host: index of this process")
+  p.add_argument("--distributed", action=BoolFlag, help="multi-host: force (--nodistributed: forbid) "
+                 "jax.distributed.initialize() with the cluster auto-detected (TPU pod, Slurm, Open MPI)")
+
+
+def _add_suite(commands, common) -> None:
+  p = _command(commands, "suite", "train every task x attention x seed cell not done yet (resumable)",
+               _suite, common, conflict_handler="resolve")  # its --log_dir replaces absl's
+  p.add_argument("--protocol", type=text_value, default="smoke", help="protocol preset in configs/")
+  p.add_argument("--tasks", type=names, default="all", help="'all' or a comma list of tasks")
+  p.add_argument("--attentions", type=names, default="all", help="'all' or a comma list of attentions")
+  p.add_argument("--seeds", type=int_list(0, MAX_SEED), default="0", help="comma list of seeds")
+  p.add_argument("--results_dir", type=output_dir, required=True, help="records (results.jsonl), runs, locks")
+  _add_data_dir(p)
+  _add_overrides(p, "every cell")
+  p.add_argument("--isolate", action=BoolFlag, default=False, help="run each cell in a fresh subprocess")
+  p.add_argument("--retry_failed", action=BoolFlag, default=True, help="rerun cells whose last record is "
+                 "'failed' (--noretry_failed leaves them)")
+  p.add_argument("--launcher", choices=LAUNCHERS, default="inprocess", help="where cells run: this process, "
+                 "local worker processes, or a Slurm array (submitit)")
+  p.add_argument("--workers", type=int_at_least(1), help="local/slurm: cells run at once (default: the "
+                 "launcher's)")
+  p.add_argument("--partition", type=text_value, help="slurm: partition")
+  p.add_argument("--gpus_per_task", type=int_at_least(0), help="slurm: GPUs per cell")
+  p.add_argument("--time_limit", type=int_at_least(1), metavar="MIN", help="slurm: minutes per cell")
+  p.add_argument("--array_size", type=int_at_least(1), help="slurm: array tasks running at once")
+  p.add_argument("--cpus_per_task", type=int_at_least(1), help="slurm: CPUs per cell")
+  p.add_argument("--log_dir", type=output_dir, help="local/slurm: worker logs (default: the launcher's)")
+
+
+def _add_bench(commands, common) -> None:
+  p = _command(commands, "bench", "time the LRA Table 2 model: steps/s, memory and FLOPs per length",
+               _bench, common)
+  p.add_argument("--lengths", type=int_list(1), default="1024,2048,3072,4096,8192,16384",
+                 help="comma list of sequence lengths")
+  p.add_argument("--attentions", type=names, default="all", help="'all' or a comma list of attentions")
+  p.add_argument("--batch_size", type=int_at_least(1), default=32, help="batch size (LRA Table 2: 32)")
+  p.add_argument("--mode", choices=MODES, default="train", help="train step or forward only")
+  p.add_argument("--repeats", type=int_at_least(1), default=10, help="timed steps per point (median, IQR)")
+  p.add_argument("--warmup_steps", type=int_at_least(0), default=2, help="untimed steps after compilation")
+  p.add_argument("--compile_only", action=BoolFlag, default=False, help="XLA FLOPs and compiled memory "
+                 "only, no timing")
+  p.add_argument("--compile_only_from", type=int_at_least(1), help="lengths >= this are compiled only")
+  p.add_argument("--timeout", type=positive_float, default=600.0, help="seconds per point before it is "
+                 "recorded as failed")
+  p.add_argument("--isolate", action=BoolFlag, default=True, help="each point in a fresh subprocess "
+                 "(--noisolate: in this process)")
+  p.add_argument("--results_dir", type=output_dir, required=True, help="records go to results.jsonl here")
+  _add_overrides(p, "every point")
+
+
+def _add_report(commands, common) -> None:
+  p = _command(commands, "report", "write tables, plots and index.md from the records", _report, common)
+  p.add_argument("--results_dir", type=input_dir, required=True, help="folder with results.jsonl")
+  p.add_argument("--out", type=output_dir, help="output directory (default: <results_dir>/report)")
+  p.add_argument("--reference_dir", type=input_dir, help="published numbers (default: reports/reference)")
+  p.add_argument("--length", type=int_at_least(1), default=64, help="sequence length of the "
+                 "effective-attention probe")
+
+
+def _add_viz(commands, common) -> None:
+  viz = _group(commands, "viz", "draw things (viz attention NAME)")
+  p = _command(viz, "attention", "draw the effective attention matrix of one core", _viz, common)
+  p.add_argument("name", metavar="NAME", help="attention core (lra-bench list attentions)")
+  p.add_argument("--length", type=int_at_least(1), default=64, help="sequence length of the probe")
+  p.add_argument("--out", type=image_file, help="output file, .png or .svg (default: "
+                 "./attention_<NAME>_L<length>.png)")
+
+
+def _add_check(commands, common) -> None:
+  p = _command(commands, "check", "conformance, cost and learnability of one attention core (exit 1 when a "
+               "property fails)", _check, common)
+  p.add_argument("name", metavar="NAME", help="attention core (lra-bench list attentions)")
+  p.add_argument("--lengths", type=int_list(1, min_items=2), default="256,512",
+                 help="lengths of the cost fit (two or more)")
+  p.add_argument("--out", type=output_dir, help="write the table and the heatmap here")
+  p.add_argument("--steps", type=int_at_least(1), help="training steps of the learnability run "
+                 "(default: the smoke ListOps cell's)")
+  _add_data_dir(p)
+  p.add_argument("--quick", action=BoolFlag, default=False, help="conformance only, no timing or training")
+
+
+def _add_new(commands, common) -> None:
+  new = _group(commands, "new", "scaffold new code (new attention NAME)")
+  p = _command(new, "attention", "write a ready-to-edit attention core and its test", _new_attention, common)
+  p.add_argument("name", metavar="NAME", help="registry name of the new core, e.g. my_attention")
+  p.add_argument("--dir", type=output_dir, default=".", help="folder to write the two files in")
+
+
+def build_parser() -> Parser:
+  """The whole command tree: one subparser per command, each with only the flags it uses."""
+  common = argparse.ArgumentParser(add_help=False)
+  common.add_argument("--plugin", action="append", default=[], metavar="MODULE", type=text_value,
+                      help="import this module first, so the attentions it registers exist (repeatable; "
+                      "also $LRA_BENCH_PLUGINS and the lra_bench.attentions entry points)")
+  top = Parser(prog="lra-bench", description="lra-bench: the Long-Range Arena harness (JAX/Flax/Optax).\n"
+               "`lra-bench COMMAND --help` shows a command's flags; --verbosity 1 on any command also\n"
+               "shows the libraries' INFO logs (--helpfull lists absl's flags).",
+               epilog=START, formatter_class=HelpFormatter)
+  top.add_argument("--plugin", action="append", default=[], dest="top_plugins", metavar="MODULE",
+                   type=text_value, help="as the commands' --plugin (repeatable)")
+  commands = top.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True,
+                                parser_class=Parser)
+  for add in (_add_list, _add_data, _add_train, _add_suite, _add_bench, _add_report, _add_viz, _add_check,
+              _add_new):
+    add(commands, common)
+  return top
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+  """``app.run``'s flags_parser: the namespace of ``argv`` (exits 2 with one line on a bad value)."""
+  args, extra = build_parser().parse_known_args(argv[1:])
+  if extra:  # named by the command's parser, which knows which flags it does take
+    args.parser.error(f"{args.parser.prog}: unrecognized arguments: {' '.join(extra)}")
+  del args.parser
+  args.verbose = not flags.FLAGS["verbosity"].using_default_value  # before app.run bumps it to INFO
+  return args
+
+
+# ----------------------------------------------------------------------------------------------------
+# The commands
+
+
+def _data_dir(args: argparse.Namespace) -> str:
+  from tasks.base import default_data_dir
+
+  return args.data_dir or os.path.abspath(default_data_dir())
+
+
+def _list(args: argparse.Namespace) -> str:
   import attention_zoo
   import tasks
   from lra_bench.training import config
 
   listing = {"attentions": attention_zoo.list_attentions, "tasks": tasks.list_tasks,
              "protocols": config.list_protocols}
-  if what is None:
-    return "\n".join(f"{name + ':':11} {', '.join(names())}" for name, names in listing.items())
-  if what not in listing:
-    raise ValueError(f"unknown listing {what!r}; expected one of {', '.join(listing)}")
-  return "\n".join(listing[what]())
+  if args.what is None:
+    return "\n".join(f"{name + ':':11} {', '.join(known())}" for name, known in listing.items())
+  if args.what not in listing:
+    raise ValueError(f"unknown listing {args.what!r}; expected one of {', '.join(listing)}")
+  return "\n".join(listing[args.what]())
 
 
-def _prepare(task_name: str) -> str:
+def _prepare(args: argparse.Namespace) -> str:
   """``data prepare``: the protocol's ``data.prepare`` options (if one is named), updated by the flags."""
   import tasks
   from lra_bench.training import config
 
-  task = tasks.get_task(task_name)
-  options = config.load_config(FLAGS.protocol, task_name).data.prepare.to_dict() if FLAGS.protocol else {}
-  options.update({name: FLAGS[name].value for name in PREPARE_FLAGS if FLAGS[name].value is not None})
-  if FLAGS["seed"].present:
-    options["seed"] = FLAGS.seed
-  logging.info("preparing %s in %s with %s", task_name, _data_dir(), options or "defaults")
+  task = tasks.get_task(args.task)
+  options = config.load_config(args.protocol, args.task).data.prepare.to_dict() if args.protocol else {}
+  options.update({name: getattr(args, name) for name in PREPARE_FLAGS if getattr(args, name) is not None})
+  config.validate_prepare(options)  # the merged options: each flag passed alone, not all together
+  logging.info("preparing %s in %s with %s", args.task, _data_dir(args), options or "defaults")
   try:
-    return task.prepare(_data_dir(), **options)
+    return task.prepare(_data_dir(args), **options)
   except TypeError as err:  # an option this task does not take
-    raise config.ConfigError(f"data prepare {task_name}: {err}") from None
+    raise config.ConfigError(f"data prepare {args.task}: {err}") from None
 
 
-def _download() -> str:
+def _download(args: argparse.Namespace) -> str:
   from tasks import download
 
-  path = download.download_lra_release(_data_dir(), url=FLAGS.url or download.LRA_RELEASE_URL,
-                                       sha256=FLAGS.sha256)
+  path = download.download_lra_release(_data_dir(args), url=args.url or download.LRA_RELEASE_URL,
+                                       sha256=args.sha256)
   return f"LRA release in {path}"
 
 
-def _train() -> int:
+def _train(args: argparse.Namespace) -> int:
   from lra_bench.experiments import cell
   from lra_bench.training import config, parallel
 
-  if not FLAGS.task:
-    raise config.ConfigError("train needs --task (lra-bench list shows the tasks)")
-  parallel.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id, FLAGS.distributed)
-  protocol = FLAGS.protocol or "lra"
-  run_config = config.load_config(protocol, FLAGS.task, FLAGS.set, attention=FLAGS.attention, seed=FLAGS.seed)
-  workdir = FLAGS.workdir or os.path.join("runs", protocol, FLAGS.task, f"{FLAGS.attention}_seed{FLAGS.seed}")
-  record = cell.train_cell(run_config, workdir, _data_dir(), FLAGS.results_dir, force=FLAGS.force)
+  run_config = config.load_config(args.protocol, args.task, args.set, attention=args.attention, seed=args.seed)
+  workdir = args.workdir or checked_output_dir(
+      "--workdir", os.path.join("runs", args.protocol, args.task, f"{args.attention}_seed{args.seed}"))
+  parallel.initialize(args.coordinator_address, args.num_processes, args.process_id, args.distributed)
+  record = cell.train_cell(run_config, workdir, _data_dir(args), args.results_dir, force=args.force)
   if record["status"] != "ok":
     print(f"error: run {record['status']}: {record['error']}", file=sys.stderr)
     return 1
@@ -146,90 +474,146 @@ def _train() -> int:
   return 0
 
 
-def _suite() -> str:
+def _launcher_kwargs(args: argparse.Namespace, run_suite: Callable[..., Any]) -> dict[str, Any]:
+  """``launcher``/``launcher_options`` for run_suite, only when asked for (the default runs as before)."""
+  import inspect
+
+  options = {key: getattr(args, flag) for flag, key in LAUNCHER_OPTIONS.items()}
+  if args.launcher == "inprocess" and all(value is None for value in options.values()):
+    return {}
+  if "launcher" not in inspect.signature(run_suite).parameters:
+    from lra_bench.training.config import ConfigError
+
+    given = ["--launcher"] if args.launcher != "inprocess" else []
+    given += [f"--{flag}" for flag in LAUNCHER_OPTIONS if getattr(args, flag) is not None]
+    raise ConfigError(f"{', '.join(given)}: this lra_bench.experiments.suite has no launchers; "
+                      "run without these flags")
+  return {"launcher": args.launcher, "launcher_options": options}
+
+
+def _suite(args: argparse.Namespace) -> str:
   from lra_bench.experiments import suite
 
-  summary = suite.run_suite(FLAGS.protocol or "smoke", FLAGS.tasks, FLAGS.attentions, FLAGS.seeds,
-                            results_dir=_required("results_dir", "suite"), data_dir=_data_dir(),
-                            overrides=FLAGS.set, isolate=bool(FLAGS.isolate), retry_failed=FLAGS.retry_failed)
+  summary = suite.run_suite(args.protocol, args.tasks, args.attentions, args.seeds,
+                            results_dir=args.results_dir, data_dir=_data_dir(args), overrides=args.set,
+                            isolate=args.isolate, retry_failed=args.retry_failed,
+                            **_launcher_kwargs(args, suite.run_suite))
   return "\n".join(summary.lines())
 
 
-def _bench() -> str:
+def _bench(args: argparse.Namespace) -> str:
   from lra_bench.experiments import bench
 
-  summary = bench.run_bench(FLAGS.lengths, FLAGS.attentions, results_dir=_required("results_dir", "bench"),
-                            batch_size=FLAGS.batch_size, mode=FLAGS.mode, warmup_steps=FLAGS.warmup_steps,
-                            repeats=FLAGS.repeats, compile_only=FLAGS.compile_only,
-                            compile_only_from=FLAGS.compile_only_from, timeout_s=FLAGS.timeout,
-                            isolate=FLAGS.isolate is not False, overrides=FLAGS.set)
+  summary = bench.run_bench(args.lengths, args.attentions, results_dir=args.results_dir,
+                            batch_size=args.batch_size, mode=args.mode, warmup_steps=args.warmup_steps,
+                            repeats=args.repeats, compile_only=args.compile_only,
+                            compile_only_from=args.compile_only_from, timeout_s=args.timeout,
+                            isolate=args.isolate, overrides=args.set)
   return "\n".join(summary.lines())
 
 
-def _report() -> str:
+def _report(args: argparse.Namespace) -> str:
+  from lra_bench.experiments import results
   from lra_bench.report import index
+  from lra_bench.training.config import ConfigError
 
-  results_dir = _required("results_dir", "report")
-  out = FLAGS.out or os.path.join(results_dir, "report")
-  paths = index.write_report(results_dir, out, reference_dir=FLAGS.reference_dir,
-                             attention_length=FLAGS.length,
+  records = os.path.join(args.results_dir, results.RESULTS_FILE)
+  if not os.path.isdir(args.results_dir):
+    raise ConfigError(f"--results_dir: {args.results_dir} does not exist; run lra-bench suite or bench "
+                      "with this --results_dir first")
+  if not os.path.isfile(records) or not os.path.getsize(records):
+    raise ConfigError(f"--results_dir: {args.results_dir} has no records ({results.RESULTS_FILE} is "
+                      "missing or empty); run lra-bench suite or bench with this --results_dir first")
+  out = args.out or checked_output_dir("--out", os.path.join(args.results_dir, "report"))
+  paths = index.write_report(args.results_dir, out, reference_dir=args.reference_dir,
+                             attention_length=args.length,
                              command="lra-bench " + " ".join(map(shlex.quote, sys.argv[1:])))
   return f"wrote {len(paths)} files; start at {os.path.join(out, 'index.md')}"
 
 
-def _viz(name: str) -> str:
+def _viz(args: argparse.Namespace) -> str:
   from lra_bench.report import viz
 
-  return "\n".join(viz.plot_attention(name, FLAGS.out or viz.default_out(name, FLAGS.length), FLAGS.length))
+  return "\n".join(viz.plot_attention(args.name, args.out or viz.default_out(args.name, args.length),
+                                      args.length))
 
 
-def _required(flag: str, command: str) -> str:
+def _import_helper(module: str, command: str):
+  """``lra_bench.<module>``, or a ConfigError saying this installation lacks ``command``."""
+  import importlib
+
   from lra_bench.training.config import ConfigError
 
-  if not FLAGS[flag].value:
-    raise ConfigError(f"{command} needs --{flag}")
-  return FLAGS[flag].value
+  try:
+    return importlib.import_module(f"lra_bench.{module}")
+  except ModuleNotFoundError as err:
+    if err.name != f"lra_bench.{module}":
+      raise
+    raise ConfigError(f"{command} is not available: this installation has no lra_bench.{module}") from None
 
 
-def _dispatch(words: list[str]) -> int:
-  """Runs the command ``words`` names; its exit status (2: no such command)."""
-  if words[:1] == ["list"] and len(words) <= 2:
-    print(_list(words[1] if len(words) == 2 else None))
-  elif words[:2] == ["data", "prepare"] and len(words) == 3:
-    print(_prepare(words[2]))
-  elif words == ["data", "download", "lra-release"]:
-    print(_download())
-  elif words == ["train"]:
-    return _train()
-  elif words[:1] in (["suite"], ["bench"], ["report"]) and len(words) == 1:
-    print({"suite": _suite, "bench": _bench, "report": _report}[words[0]]())
-  elif words[:2] == ["viz", "attention"] and len(words) == 3:
-    print(_viz(words[2]))
-  else:
-    print(f"error: unknown command {' '.join(words)!r}\n{USAGE}", file=sys.stderr)
-    return 2
-  return 0
+def _check(args: argparse.Namespace) -> int:
+  check = _import_helper("check", "lra-bench check")
+  return check.run_check(args.name, lengths=list(args.lengths), out=args.out, steps=args.steps,
+                         data_dir=_data_dir(args), quick=args.quick)
 
 
-def main(argv: list[str]) -> int:
+def _new_attention(args: argparse.Namespace) -> str:
+  scaffold = _import_helper("scaffold", "lra-bench new attention")
+  return scaffold.new_attention(args.name, args.dir)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Entry point
+
+
+def _load_plugins(modules: list[str]) -> None:
+  """``attention_zoo.load_plugins`` (the flag's modules, $LRA_BENCH_PLUGINS, entry points) where it exists."""
+  import attention_zoo
+
+  load = getattr(attention_zoo, "load_plugins", None)
+  if load is not None:
+    load(list(modules))
+  elif modules:
+    from lra_bench.training.config import ConfigError
+
+    raise ConfigError(f"--plugin {' '.join(modules)}: this attention_zoo cannot load plugins")
+
+
+def quiet_logs(verbose: bool) -> None:
+  """Third-party INFO chatter (orbax, TFDS, absl) off unless ``--verbosity`` was given; ours stays."""
+  logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
+  if not verbose:
+    for name in CHATTY_LOGGERS:
+      logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def main(args: argparse.Namespace) -> int:
+  import attention_zoo
   from lra_bench.training.config import ConfigError
   from tasks import DataError, MissingDataError
   from tasks.download import DownloadError
 
+  quiet_logs(args.verbose)
+  plugin_error = getattr(attention_zoo, "PluginError", ConfigError)
   try:
-    return _dispatch(argv[1:])
+    _load_plugins([*args.top_plugins, *args.plugin])
+    result = args.handler(args)
   except MissingDataError as err:  # one line: what is missing and the command that makes it
     print("error: no data: " + " ".join(line.strip() for line in str(err).splitlines()), file=sys.stderr)
     return 1
-  except (ConfigError, DataError, DownloadError, ValueError, TypeError) as err:
+  except (plugin_error, ConfigError, DataError, DownloadError, ValueError, TypeError) as err:
     print(f"error: {err}", file=sys.stderr)
     return 2
+  if isinstance(result, int):
+    return result
+  print(result)
+  return 0
 
 
 def run() -> None:
   """Console-script entry point."""
-  logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
-  app.run(main)
+  app.run(main, flags_parser=parse)
 
 
 if __name__ == "__main__":

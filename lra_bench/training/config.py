@@ -7,7 +7,10 @@ the attention and the seed are arguments (never formatted into override strings)
 optional). Unknown keys are errors, except below the open sections ``OPEN_SECTIONS``: a new key of
 ``model.attention_kwargs`` is parsed by the type of the attention config's field of that name (and
 checked by the registry), a new key of ``data.options`` / ``data.prepare`` as a Python literal, else as
-text. ``validate`` holds every check a config can have without knowing the devices.
+text. ``validate`` holds every check a config can have without knowing the devices: each key's type and
+range (``NUMERIC_KEYS``; True is not a batch size), the names (precision, pooling, schedule factors ...),
+the open sections against what the task and the attention core take, and the cross-key rules; each
+failure is one line naming the key, the value and what is allowed, raised before the first step.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import ast
 import dataclasses
 import hashlib
 import importlib
+import inspect
 import json
+import math
 import pkgutil
 import typing
 from typing import Any, Callable, Iterable
@@ -32,6 +37,10 @@ import tasks as tasks_lib
 OPEN_SECTIONS = ("model.attention_kwargs", "data.options", "data.prepare")
 PARAM_SHARDINGS = ("replicated", "fsdp")
 PRECISIONS = ("float32", "bfloat16")  # compute dtype; parameters, softmax, norms and the loss stay float32
+# factors of optimizer.schedule (lra_bench/training/optim.py multiplies them)
+SCHEDULE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "linear_decay", "cosine_decay")
+BENCH_MODES = ("train", "inference")
+MAX_SEED = 2**31 - 1  # seeds feed jax.random.PRNGKey and tf.data; both take any value up to here
 
 
 class ConfigError(ValueError):
@@ -128,24 +137,191 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = (), *, atte
   return config
 
 
+# Ranges of the numeric keys: (key, kind, low, high, what). ``int`` keys take Python ints only (True is
+# not a batch size); ``float`` keys take ints or floats, finite. ``closed`` bounds are allowed values.
+_INT, _FLOAT = "an integer", "a number"
+NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
+    ("seed", _INT, 0, MAX_SEED, "in [0, 2**31 - 1]"),
+    ("batch_size", _INT, 1, None, ">= 1"),
+    ("accumulate_steps", _INT, 1, None, ">= 1"),
+    ("num_train_steps", _INT, 1, None, ">= 1"),
+    ("eval_every", _INT, 1, None, ">= 1"),
+    ("log_every", _INT, 1, None, ">= 1"),
+    ("checkpoint_every", _INT, 1, None, ">= 1"),
+    ("model.num_layers", _INT, 1, None, ">= 1"),
+    ("model.num_heads", _INT, 1, None, ">= 1"),
+    ("model.emb_dim", _INT, 1, None, ">= 1"),
+    ("model.qkv_dim", _INT, 1, None, ">= 1"),
+    ("model.mlp_dim", _INT, 1, None, ">= 1"),
+    ("model.dropout_rate", _FLOAT, 0.0, 1.0, "in [0, 1)"),
+    ("model.attention_dropout_rate", _FLOAT, 0.0, 1.0, "in [0, 1)"),
+    ("data.max_length", _INT, 1, None, ">= 1"),
+    ("data.shuffle_buffer", _INT, 1, None, ">= 1"),
+    ("optimizer.learning_rate", _FLOAT, 0.0, None, "> 0"),
+    ("optimizer.warmup_steps", _INT, 0, None, ">= 0"),
+    ("optimizer.steps_per_cycle", _INT, 1, None, ">= 1"),
+    ("optimizer.weight_decay", _FLOAT, 0.0, None, ">= 0"),
+    ("optimizer.b1", _FLOAT, 0.0, 1.0, "in [0, 1)"),
+    ("optimizer.b2", _FLOAT, 0.0, 1.0, "in [0, 1)"),
+    ("optimizer.eps", _FLOAT, 0.0, None, "> 0"),
+    ("optimizer.grad_clip_norm", _FLOAT, 0.0, None, ">= 0 (0 = no clipping)"),
+    ("bench.warmup_steps", _INT, 0, None, ">= 0"),
+    ("bench.repeats", _INT, 1, None, ">= 1"),
+)
+# Bounds that are not allowed themselves: learning_rate > 0, eps > 0, rates and betas < 1.
+_OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps"}
+_OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "optimizer.b1", "optimizer.b2"}
+# data.prepare counts (also the `data prepare` flags): name -> (low, high)
+PREPARE_RANGES = {"num_train": (1, None), "num_val": (1, None), "num_test": (1, None), "num_images": (1, None),
+                  "images_per_batch": (1, None), "workers": (1, None), "min_length": (0, None),
+                  "max_length": (2, None), "resolution": (1, None), "contour_length": (1, None),
+                  "seed": (0, MAX_SEED)}
+# data.options values that are counts: 0 = no limit
+OPTION_RANGES = {"limit": (0, None), "contour_length": (1, None), "split_seed": (0, MAX_SEED)}
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+  raise ConfigError(f"{key}={value!r} is not allowed; expected {allowed}")
+
+
+def _lookup(config: ml_collections.ConfigDict, key: str) -> tuple[bool, Any]:
+  node: Any = config
+  for part in key.split("."):
+    if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+      return False, None
+    node = node[part]
+  return True, node
+
+
+def check_number(key: str, value: Any, kind: str, low: float, high: float | None, allowed: str,
+                 open_low: bool = False, open_high: bool = False) -> None:
+  """Raises ConfigError unless ``value`` is ``kind`` (an int; or an int/float) within the bounds."""
+  expected = f"{kind} {allowed}".strip()
+  numeric = (int,) if kind == _INT else (int, float)
+  if isinstance(value, bool) or not isinstance(value, numeric):
+    _fail(key, value, expected)
+  if kind == _FLOAT and not math.isfinite(value):
+    _fail(key, value, expected)
+  if value < low or (open_low and value == low):
+    _fail(key, value, expected)
+  if high is not None and (value > high or (open_high and value == high)):
+    _fail(key, value, expected)
+
+
+def _check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
+  choices = tuple(choices)
+  if value not in choices:
+    _fail(key, value, f"one of {', '.join(choices)}")
+
+
+def _check_keywords(key: str, given: Iterable[str], function: Callable[..., Any], skip: Iterable[str]) -> None:
+  """Keys of an open section must be keyword arguments of the function they are passed to."""
+  params = inspect.signature(function).parameters
+  if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    return
+  known = [name for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in skip]
+  unknown = sorted(set(given) - set(known))
+  if unknown:
+    raise ConfigError(f"unknown config key {key}.{unknown[0]}; {key} takes: {', '.join(known) or 'nothing'}")
+
+
+def validate_prepare(options: dict[str, Any], where: str = "data.prepare") -> None:
+  """The ``data prepare`` options (a protocol's ``data.prepare``, updated by flags): counts and lengths."""
+  for name, (low, high) in PREPARE_RANGES.items():
+    if options.get(name) is not None:
+      allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+      check_number(f"{where}.{name}", options[name], _INT, low, high, allowed)
+  low, high = options.get("min_length"), options.get("max_length")
+  if low is not None and high is not None and low >= high - 1:
+    raise ConfigError(f"{where}: min_length={low} and max_length={high} leave no length; "
+                      "expected min_length < max_length - 1")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Every check that needs no devices: scale-out fields, input kind, the attention and its kwargs."""
+  """Every check that needs no devices, so a bad value fails before start-up, never after an hour."""
+  for key, kind, low, high, allowed in NUMERIC_KEYS:
+    present, value = _lookup(config, key)
+    if present:
+      check_number(key, value, kind, low, high, allowed, key in _OPEN_LOW, key in _OPEN_HIGH)
   if config.precision not in PRECISIONS:
     raise ConfigError(f"unknown precision {config.precision!r}; expected one of {PRECISIONS}")
   if config.param_sharding not in PARAM_SHARDINGS:
     raise ConfigError(f"unknown param_sharding {config.param_sharding!r}; expected one of {PARAM_SHARDINGS}")
-  if config.accumulate_steps < 1 or config.batch_size % config.accumulate_steps:
+  if config.batch_size % config.accumulate_steps:
     raise ConfigError(f"batch_size {config.batch_size} is not a positive multiple of accumulate_steps "
                       f"{config.accumulate_steps}")
+  if config.num_eval_batches != -1:
+    check_number("num_eval_batches", config.num_eval_batches, _INT, 1, None, "-1 (all) or >= 1")
+  if config.model.qkv_dim % config.model.num_heads:
+    raise ConfigError(f"model.qkv_dim={config.model.qkv_dim} is not allowed with model.num_heads="
+                      f"{config.model.num_heads}; expected a multiple of num_heads")
+  _validate_names(config)
+  _validate_data(config)
+  _validate_attention(config)
+
+
+def _validate_attention(config: ml_collections.ConfigDict) -> None:
+  """``model.attention_kwargs``: each value of its field's type (bool / int / float), then the core's own
+  checks (its config's ``__post_init__``)."""
+  kwargs = config.model.attention_kwargs.to_dict()
+  try:
+    hints = typing.get_type_hints(type(attention_zoo.attention_config(config.model.attention)))
+  except (ValueError, TypeError) as err:
+    raise ConfigError(str(err)) from None
+  for field, value in kwargs.items():
+    key, kind = f"model.attention_kwargs.{field}", hints.get(field)
+    if kind is bool and not isinstance(value, bool):
+      _fail(key, value, "True or False")
+    elif kind is int:
+      check_number(key, value, _INT, -math.inf, None, "")
+    elif kind is float:
+      check_number(key, value, _FLOAT, -math.inf, None, "")
+  if "dropout_rate" in kwargs:
+    check_number("model.attention_kwargs.dropout_rate", kwargs["dropout_rate"], _FLOAT, 0.0, 1.0, "in [0, 1)",
+                 open_high=True)
+  try:
+    attention_zoo.attention_config(config.model.attention, **kwargs)
+  except (ValueError, TypeError) as err:
+    raise ConfigError(f"model.attention_kwargs: {err}") from None
+
+
+def _validate_names(config: ml_collections.ConfigDict) -> None:
+  """The string keys: protocol, task, pooling, positions, schedule factors, bench mode."""
+  from lra_bench.training import models  # flax; imported here so that loading this module stays light
+
+  if not isinstance(config.protocol, str) or not config.protocol:
+    _fail("protocol", config.protocol, "a protocol name")
+  _check_choice("task", config.task, tasks_lib.list_tasks())
+  _check_choice("model.pooling", config.model.pooling, models.POOLINGS)
+  _check_choice("model.positions", config.model.positions, models.POSITIONS)
+  factors = [factor.strip() for factor in str(config.optimizer.schedule).split("*")]
+  unknown = sorted(set(factors) - set(SCHEDULE_FACTORS))
+  if unknown:
+    raise ConfigError(f"optimizer.schedule={config.optimizer.schedule!r}: unknown schedule factor(s) "
+                      f"{unknown}; expected a product ('a * b') of {', '.join(SCHEDULE_FACTORS)}")
+  if "bench" in config:
+    _check_choice("bench.mode", config.bench.mode, BENCH_MODES)
+    if not isinstance(config.bench.compile_only, bool):
+      _fail("bench.compile_only", config.bench.compile_only, "True or False")
+
+
+def _validate_data(config: ml_collections.ConfigDict) -> None:
+  """Input kind, and the open sections data.options / data.prepare against what the task takes."""
+  task = tasks_lib.get_task(config.task)
   kind = config.model.input_kind
   if kind not in tasks_lib.base.INPUT_KINDS:
     raise ConfigError(f"model.input_kind must be one of {tasks_lib.base.INPUT_KINDS}, got {kind!r}")
-  if kind == "pixels" and not tasks_lib.get_task(config.task).pixel_inputs:
+  if kind == "pixels" and not task.pixel_inputs:
     raise ConfigError(f"task {config.task!r} has no float pixel inputs; use model.input_kind='tokens'")
-  try:
-    attention_zoo.attention_config(config.model.attention, **dict(config.model.attention_kwargs))
-  except (ValueError, TypeError) as err:
-    raise ConfigError(str(err)) from None
+  options = config.data.options.to_dict()
+  _check_keywords("data.options", options, task.examples, skip=("max_length", "input_kind"))
+  for name, (low, high) in OPTION_RANGES.items():
+    if options.get(name) is not None:
+      allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+      check_number(f"data.options.{name}", options[name], _INT, low, high, allowed)
+  prepare = config.data.prepare.to_dict()
+  _check_keywords("data.prepare", prepare, task.prepare, skip=("progress",))
+  validate_prepare(prepare)
 
 
 def config_hash(config: ml_collections.ConfigDict) -> str:
