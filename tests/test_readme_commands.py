@@ -48,6 +48,7 @@ def test_readme_train_command_from_a_fresh_directory(listops_dir, tmp_path, fast
     record = json.load(f)
   assert record["status"] == "ok" and record["workdir"] == str(cwd / workdir)
   assert "test accuracy" in proc.stdout
+  assert f"ok record written to {cwd / workdir / 'result.json'}" in proc.stderr  # shown by default
 
 
 def test_relative_paths_are_resolved_by_the_training_code(listops_dir, tmp_path, monkeypatch, fast_compile):

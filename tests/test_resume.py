@@ -7,6 +7,7 @@ never mixed."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -97,7 +98,7 @@ def reference(listops_dir, tmp_path_factory):
     ("after_last_commit", 8, {"best": [8], "last": [8]}),    # after a commit, before its cleanup
 ])
 def test_killed_at_any_point_resumes_to_the_same_numbers(kill, step, left, reference, listops_dir, tmp_path,
-                                                         monkeypatch):
+                                                         monkeypatch, caplog):
   workdir = str(tmp_path / "run")
   code = f"from tests.test_resume import killed_run; killed_run({kill!r}, {step}, {workdir!r}, {listops_dir!r})"
   proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
@@ -110,6 +111,10 @@ def test_killed_at_any_point_resumes_to_the_same_numbers(kill, step, left, refer
   resumed = cell.train_cell(config_lib.load_config("smoke", "listops", OVERRIDES), workdir, listops_dir)
   assert resumed["status"] == "ok", resumed["error"]
   assert {k: resumed[k] for k in COMPARED} == {k: reference[k] for k in COMPARED}
+  shown = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]  # shown by default
+  if left["last"]:
+    assert f"resumed from step {left['last'][-1]} of the checkpoint in {workdir}/checkpoints" in shown
+  assert f"ok record written to {workdir}/result.json" in shown
   assert _steps(workdir, "best") == [16] and _steps(workdir, "last") == [16]
   for name in ("best", "last"):
     for a, b in zip(_params(workdir, name, 16), _params(reference["workdir"], name, 16)):
