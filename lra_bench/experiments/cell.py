@@ -10,7 +10,10 @@ benchmark use as well:
 - ``oom``: the device (or host) ran out of memory; for a benchmark point, a worker killed by SIGKILL;
 - ``failed``: anything else (NaN loss, bad data, a config the devices cannot take, a timeout, a bug).
 
-``KeyboardInterrupt`` and ``SystemExit`` are never records: they propagate.
+``KeyboardInterrupt`` and ``SystemExit`` are never records: they propagate, and so does a refusal to
+resume another config's checkpoints (``checkpoints.ConfigMismatchError``: nothing ran, and the workdir's
+``result.json`` keeps the earlier run's record) and a record that could not be written
+(``results.RecordWriteError``). Paths may be relative: they are made absolute here.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import ml_collections
 import tasks as tasks_lib
 from lra_bench.experiments import results
 from lra_bench.training import config as config_lib
-from lra_bench.training import loop, xla_stats
+from lra_bench.training import checkpoints, loop, xla_stats
 
 MAX_ERROR_CHARS = 2000
 
@@ -40,7 +43,8 @@ def outcome(err: BaseException) -> tuple[str, str]:
   error is prefixed with its type.
   """
   status = "oom" if xla_stats.is_oom(err) else "failed"
-  clear = isinstance(err, (loop.TrainingError, tasks_lib.DataError, config_lib.ConfigError))
+  clear = isinstance(err, (loop.TrainingError, tasks_lib.DataError, config_lib.ConfigError,
+                           checkpoints.CheckpointError))
   message = str(err) if clear else f"{type(err).__name__}: {err}"
   return status, message.strip()[:MAX_ERROR_CHARS]
 
@@ -64,8 +68,14 @@ def previous_record(workdir: str, config: ml_collections.ConfigDict) -> dict[str
   path = os.path.join(workdir, "result.json")
   if not os.path.exists(path):
     return None
-  with open(path) as f:
-    previous = json.load(f)
+  try:
+    with open(path) as f:
+      previous = json.load(f)
+  except (OSError, ValueError) as err:  # rewritten (atomically) when this run ends
+    logging.warning("%s cannot be read (%s); running the config again", path, err)
+    return None
+  if not isinstance(previous, dict):
+    return None
   if previous.get("config_hash") == config_lib.config_hash(config) and previous.get("status") in results.TERMINAL:
     return previous
   return None
@@ -78,6 +88,8 @@ def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
   A workdir whose ``result.json`` already holds a terminal record for the same config is not rerun
   (unless ``force``); an interrupted run resumes from its checkpoint.
   """
+  workdir, data_dir = checkpoints.absolute(workdir), checkpoints.absolute(data_dir)
+  results_dir = checkpoints.absolute(results_dir) if results_dir else None
   os.makedirs(workdir, exist_ok=True)
   previous = None if force else previous_record(workdir, config)
   if previous is not None:
@@ -92,7 +104,7 @@ def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
     record = results.train_record(config, "ok", **where, **loop.train_and_evaluate(config, workdir, data_dir))
   except tasks_lib.MissingDataError as err:
     record = results.train_record(config, "no_data", error=missing_data(err, config, data_dir), **where)
-  except (KeyboardInterrupt, SystemExit):
+  except (KeyboardInterrupt, SystemExit, checkpoints.ConfigMismatchError):
     raise
   except BaseException as err:  # noqa: BLE001 - every failure becomes a record
     with open(os.path.join(workdir, "error.log"), "w") as f:
@@ -100,7 +112,15 @@ def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
     status, message = outcome(err)
     record = results.train_record(config, status, error=message, **where)
   if jax.process_index() == 0:
-    results.write_json_atomic(os.path.join(workdir, "result.json"), record)
-    if results_dir:
-      results.append_record(results_dir, record)
+    _write(record, workdir, results_dir)
   return record
+
+
+def _write(record: dict[str, Any], workdir: str, results_dir: str | None) -> None:
+  """``result.json``, then the results file; says where (at WARNING: shown by default)."""
+  path = os.path.join(workdir, "result.json")
+  results.write_json_atomic(path, record)
+  if results_dir:
+    results.append_record(results_dir, record)
+    path += " and " + os.path.join(results_dir, results.RESULTS_FILE)
+  logging.warning("%s record written to %s", record["status"], path)

@@ -3,13 +3,19 @@
 This module is the only place records are built (``train_record``, ``bench_record``, both through
 ``make_record``), read and written.
 Records are appended to ``<results_dir>/results.jsonl`` under an exclusive file lock, and written as
-``<workdir>/result.json``; both writes are atomic (no reader ever sees half a record). A record whose
-run (task, attention, protocol, seed, config hash) already has a terminal record is not appended twice.
+``<workdir>/result.json``; both writes are all-or-nothing: an append is one ``write`` of one whole line
+on an ``O_APPEND`` descriptor, checked and fsynced, and truncated back if anything fails (a full disk);
+a JSON file is written to a temporary file and renamed over. A failed write raises ``RecordWriteError``
+(no record is ever lost without a word). A line cut short by an older crash does not swallow the next
+record (that one starts on a new line), and readers name every line they cannot read (stderr, and the
+report's index). A record whose run (task, attention, protocol, seed, config hash) already has a
+terminal record is not appended twice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -17,6 +23,7 @@ import math
 import os
 import platform
 import subprocess
+import sys
 import tempfile
 from typing import Any, Iterable, Iterator
 
@@ -56,20 +63,49 @@ def _clean(value):
   return value
 
 
+class RecordWriteError(OSError):
+  """A record could not be written (e.g. the disk is full); nothing partial was left behind."""
+
+
+def _absolute(path: str) -> str:
+  return os.path.abspath(os.path.expanduser(path))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+  """One ``os.write`` of ``data``; a short write is an error (``ENOSPC``), not a partial record."""
+  written = os.write(fd, data)
+  if written != len(data):
+    raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
+  os.fsync(fd)
+
+
+def _write_failed(path: str, err: OSError, left: str = "nothing partial was left") -> RecordWriteError:
+  error = RecordWriteError(f"could not write the record to {path} ({err.strerror or err}); {left}. Free "
+                           "disk space (or fix the permissions) and rerun the command")
+  error.errno = err.errno
+  return error
+
+
 def write_json_atomic(path: str, obj: Any) -> None:
-  """Writes ``obj`` as JSON to ``path`` via a temporary file and ``os.replace``."""
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+  """Writes ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (all or nothing)."""
+  path = _absolute(path)
+  data = (json.dumps(_clean(obj), indent=1, sort_keys=True) + "\n").encode()
+  directory = os.path.dirname(path)
+  tmp = None
   try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(_clean(obj), f, indent=1, sort_keys=True)
-      f.flush()
-      os.fsync(f.fileno())
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+      _write_all(fd, data)
+    finally:
+      os.close(fd)
     os.replace(tmp, path)
-  except BaseException:
-    with contextlib.suppress(FileNotFoundError):
-      os.unlink(tmp)
+  except BaseException as err:  # an interrupt too: no temporary file is left behind
+    if tmp:
+      with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    if isinstance(err, OSError):
+      raise _write_failed(path, err) from err
     raise
 
 
@@ -85,20 +121,43 @@ def locked(results_dir: str) -> Iterator[None]:
       fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def load_records(results_dir: str) -> list[dict[str, Any]]:
-  """Every record in ``results.jsonl``; malformed lines are skipped with a warning naming the line."""
-  path = os.path.join(results_dir, RESULTS_FILE)
+def read_records(results_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
+  """(every record in ``results.jsonl``, ``path:line: why`` for each line that is not a record)."""
+  path = os.path.join(_absolute(results_dir), RESULTS_FILE)
   if not os.path.exists(path):
-    return []
-  records = []
-  with open(path, encoding="utf-8") as f:
+    return [], []
+  records, unreadable = [], []
+  with open(path, encoding="utf-8", errors="replace") as f:
     for lineno, line in enumerate(f, start=1):
       if not line.strip():
         continue
       try:
-        records.append(json.loads(line))
+        record = json.loads(line)
       except json.JSONDecodeError as err:
-        logging.warning("%s:%d: skipping malformed record (%s)", path, lineno, err)
+        unreadable.append(f"{path}:{lineno}: not a JSON record ({err}): {line.strip()[:80]!r}")
+        continue
+      if isinstance(record, dict):
+        records.append(record)
+      else:
+        unreadable.append(f"{path}:{lineno}: not a JSON object: {line.strip()[:80]!r}")
+  return records, unreadable
+
+
+_warned: set[str] = set()
+
+
+def warn_unreadable(unreadable: Iterable[str]) -> None:
+  """One line on stderr per unreadable line (once per process: the suite reads the file often)."""
+  for problem in unreadable:
+    if problem not in _warned:
+      _warned.add(problem)
+      print(f"warning: {problem}; this line is skipped", file=sys.stderr, flush=True)
+
+
+def load_records(results_dir: str) -> list[dict[str, Any]]:
+  """Every record in ``results.jsonl``; each line that is not a record is named on stderr."""
+  records, unreadable = read_records(results_dir)
+  warn_unreadable(unreadable)
   return records
 
 
@@ -111,24 +170,36 @@ def _redundant(old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 def append_record(results_dir: str, record: dict[str, Any]) -> bool:
   """Appends ``record`` unless its run already has an ``ok`` record or a terminal record with the same
-  status. Returns whether it appended."""
-  record = _clean(record)
+  status. Returns whether it appended; raises ``RecordWriteError`` (file unchanged) if it could not."""
+  record, results_dir = _clean(record), _absolute(results_dir)
   with locked(results_dir):
     key = run_key(record)
     for old in load_records(results_dir):
       if run_key(old) == key and _redundant(old, record):
         logging.info("run %s already has a %r record; not appending another", key, old["status"])
         return False
-    path = os.path.join(results_dir, RESULTS_FILE)
-    line = json.dumps(record, sort_keys=True) + "\n"
-    # One write() of one line on an O_APPEND descriptor, fsynced, under the lock.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-      os.write(fd, line.encode())
-      os.fsync(fd)
-    finally:
-      os.close(fd)
+    _append_line(os.path.join(results_dir, RESULTS_FILE), json.dumps(record, sort_keys=True) + "\n")
   return True
+
+
+def _append_line(path: str, line: str) -> None:
+  """Appends ``line`` whole or not at all (the caller holds the lock, so the size cannot change)."""
+  fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+  try:
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":  # a line cut short by an older crash stays alone
+      line = "\n" + line
+    try:
+      _write_all(fd, line.encode())
+    except OSError as err:
+      try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+      except OSError:
+        raise _write_failed(path, err, f"a partial line may remain after byte {size}") from err
+      raise _write_failed(path, err) from err
+  finally:
+    os.close(fd)
 
 
 def latest_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -88,7 +88,8 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                  protocols: Sequence[str] | None = None,
                  attention_names: Sequence[str] | None = None) -> list[str]:
   """Writes every table and figure of ``results_dir``'s records into ``out_dir``; returns the paths."""
-  records = results.load_records(results_dir)
+  records, unreadable = results.read_records(results_dir)
+  results.warn_unreadable(unreadable)
   reference_acc, reference_eff = load_reference(reference_dir)
   os.makedirs(out_dir, exist_ok=True)
   out = _Out(out_dir)
@@ -100,8 +101,10 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
       protocols or [r["protocol"] for r in train_records] or ["smoke"])
   out.index = ["# lra-bench report", "",
                f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} from "
-               f"`{os.path.join(results_dir, results.RESULTS_FILE)}` ({len(records)} records)"
+               f"`{os.path.join(results_dir, results.RESULTS_FILE)}` ({len(records)} records"
+               + (f", {len(unreadable)} unreadable lines" if unreadable else "") + ")"
                + (f" by `{command}`." if command else "."), "",
+               *_unreadable_section(unreadable),
                (f"Protocols: {', '.join(f'`{p}`' for p in protocols)}. " if protocols else
                 "Benchmark records only (no accuracy section; train with `lra-bench suite`). ")
                + f"Registered attentions: {', '.join(attention_zoo.list_attentions())}.", "",
@@ -124,6 +127,17 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
   _patterns_section(out, attention_names or attention_zoo.list_attentions(), attention_length)
   out.write(os.path.join(out_dir, "index.md"), "\n".join(out.index))
   return out.written
+
+
+def _unreadable_section(unreadable: Sequence[str]) -> list[str]:
+  """Lines of the results file that are not records (e.g. cut short by a full disk): said up front,
+  since their runs show as ``no data`` below."""
+  if not unreadable:
+    return []
+  return ["## Unreadable lines in the results file", "",
+          f"**{len(unreadable)} line(s) could not be read and are left out of every table below** (their "
+          "runs show as `no data`; rerun them to record them again):", "",
+          *[f"- `{problem}`" for problem in unreadable], ""]
 
 
 def _accuracy_section(out: _Out, rep: AccuracyReport) -> AccuracyReport:

@@ -1,67 +1,200 @@
-"""Checkpoints of a run: orbax ``last`` and ``best`` states plus the tf.data iterator state beside ``last``.
+"""Checkpoints of a run: orbax ``last`` and ``best`` states and the tf.data iterator state beside ``last``.
 
 Exact resume: the ``last`` checkpoint holds params, optimizer state, step and the base PRNG key (per-step
 keys are ``fold_in(key, step)``), and the tf.data iterator state (position and shuffle buffer) is saved
 beside it, so a killed run continued with the same command ends with the same numbers as an
 uninterrupted one.
+
+Consistent under a kill at any instant: the ``last`` save is the commit point. Its progress names the
+best step of the committed state, and ``best`` keeps that step until the next ``last`` commit, plus at
+most the newest best found since (``save_best``). A run that resumes drops every best step newer than
+the state it resumes from (the replayed steps save them again) and a run that starts from scratch drops
+them all, so no rerun meets a step that already exists (orbax's ``StepAlreadyExistsError``) or reports
+the best parameters of steps it replays. orbax writes each step into a temporary directory, renames it
+when complete and removes leftover temporary directories when it opens a manager.
+
+Never mixed: the progress of ``last`` also holds the config it was trained with, and a run whose config
+differs (keys in ``RESULT_NEUTRAL_KEYS`` apart) refuses to resume it (``ConfigMismatchError``) before
+reading its state. A checkpoint that cannot be read raises ``CheckpointError`` naming the directory and
+the fix, never an orbax/TensorStore traceback.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 import jax
+import ml_collections
 import orbax.checkpoint as ocp
 
+from lra_bench.training.config import ConfigError
 from lra_bench.training.steps import TrainState
+
+# Keys that change how often a run logs or checkpoints but not its numbers (resume is exact whatever the
+# checkpoint cadence), so a run may be continued with other values. Every other key must match.
+RESULT_NEUTRAL_KEYS = ("log_every", "checkpoint_every")
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint cannot be read. The message names the directory and the fix."""
+
+
+class ConfigMismatchError(ConfigError):
+  """The workdir holds checkpoints of another config. Not a result of the run: nothing was trained."""
+
+
+def absolute(path: str) -> str:
+  """``path`` made absolute (``~`` expanded): orbax refuses relative checkpoint paths, and a record must
+  name its directories wherever it is read from."""
+  return os.path.abspath(os.path.expanduser(path))
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def config_differences(stored: dict[str, Any], config: dict[str, Any]) -> list[str]:
+  """``key: stored -> new`` for every (dotted) key whose value differs, ``RESULT_NEUTRAL_KEYS`` apart."""
+  old, new, missing = _flat(stored), _flat(_as_json(config)), "(none)"
+  return [f"{key}: {old.get(key, missing)!r} -> {new.get(key, missing)!r}" for key in sorted(set(old) | set(new))
+          if key not in RESULT_NEUTRAL_KEYS and old.get(key, missing) != new.get(key, missing)]
+
+
+def _as_json(config: dict[str, Any]) -> dict[str, Any]:
+  """The config as it reads back from JSON (tuples become lists), so stored and new compare equal."""
+  return json.loads(json.dumps(config))
 
 
 class Checkpoints:
   """``<workdir>/checkpoints/{last,best}`` (orbax) + the tf.data iterator state beside ``last``."""
 
-  def __init__(self, workdir: str):
-    self.root = os.path.join(workdir, "checkpoints")
+  def __init__(self, workdir: str, config: ml_collections.ConfigDict):
+    self.root = os.path.join(absolute(workdir), "checkpoints")
+    self.config = _as_json(config.to_dict())
     # orbax coordinates the processes of a multi-host run; the tf.data iterator state is per process.
-    options = lambda: ocp.CheckpointManagerOptions(max_to_keep=1, create=True,
-                                                   enable_async_checkpointing=False,
-                                                   cleanup_tmp_directories=True)
-    self.last = ocp.CheckpointManager(os.path.join(self.root, "last"), options=options())
-    self.best = ocp.CheckpointManager(os.path.join(self.root, "best"), options=options())
+    # ``best`` keeps every step it is given; ``_keep_best`` prunes it (see the module docstring).
+    options = lambda keep: ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                                        enable_async_checkpointing=False,
+                                                        cleanup_tmp_directories=True)
+    self.last = self._manager("last", options(1))
+    self.best = self._manager("best", options(None))
     self.data_dir = os.path.join(self.root, "data")
     if jax.process_count() > 1:
       self.data_dir = os.path.join(self.data_dir, f"process_{jax.process_index()}")
+    self.committed_best_step = 0  # the best step the committed ``last`` progress names (0: none)
+
+  def unreadable(self, directory: str, err: BaseException) -> CheckpointError:
+    """The one-line error for a checkpoint ``directory`` that ``err`` says cannot be read."""
+    cause = (str(err).strip().splitlines() or [""])[0][:200]
+    return CheckpointError(
+        f"cannot read the checkpoint {directory} ({type(err).__name__}: {cause}); it is corrupted or "
+        f"half-written. Rerun with --force to train this run from scratch, or delete {self.root}")
+
+  def _manager(self, name: str, options) -> ocp.CheckpointManager:
+    directory = os.path.join(self.root, name)
+    try:
+      return ocp.CheckpointManager(directory, options=options)
+    except Exception as err:  # noqa: BLE001 - whatever orbax raises, the user needs the directory and fix
+      raise self.unreadable(directory, err) from err
+
+  def _step_dir(self, manager: ocp.CheckpointManager, step: int) -> str:
+    return os.path.join(str(manager.directory), str(step))
+
+  def _keep_best(self, *keep: int) -> None:
+    """Deletes every ``best`` step but ``keep``."""
+    for step in self.best.all_steps():
+      if step not in keep:
+        self.best.delete(step)
 
   def save_last(self, step: int, state: TrainState, progress: dict, iterator_ckpt) -> None:
     data_prefix = iterator_ckpt.write(os.path.join(self.data_dir, f"iter-{step}"))
-    progress = dict(progress, data_checkpoint=os.path.relpath(data_prefix, self.root))
+    progress = dict(progress, data_checkpoint=os.path.relpath(data_prefix, self.root), config=self.config)
     # The orbax save is the commit point: a crash before it leaves the previous checkpoint in force.
     self.last.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                  progress=ocp.args.JsonSave(progress)), force=True)
     self.last.wait_until_finished()
-    for name in os.listdir(self.data_dir):  # drop iterator states no checkpoint refers to
+    self._committed(step, progress)
+
+  def _committed(self, step: int, progress: dict) -> None:
+    """After a ``last`` commit: only its best step stays in ``best``; unreferenced iterator states go."""
+    self.committed_best_step = progress["best_step"]
+    self._keep_best(self.committed_best_step)
+    for name in os.listdir(self.data_dir):
       if not name.startswith(f"iter-{step}") and name != "checkpoint":
         os.remove(os.path.join(self.data_dir, name))
 
   def restore_last(self, target: TrainState, iterator_ckpt):
+    """(state, progress) of the latest ``last`` step, or None; prunes ``best`` to match either way.
+
+    Raises ``ConfigMismatchError`` (before reading the state) if that step was trained with another
+    config, ``CheckpointError`` if it cannot be read.
+    """
     step = self.last.latest_step()
     if step is None:
+      self._keep_best()  # a fresh start: best steps of an earlier attempt would be replayed
       return None
-    restored = self.last.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target), progress=ocp.args.JsonRestore()))
-    progress = dict(restored["progress"])
-    # progress (written by process 0) names process 0's file; each process reads its own of that step.
-    data_prefix = os.path.join(self.data_dir, os.path.basename(progress["data_checkpoint"]))
-    iterator_ckpt.read(data_prefix).expect_partial()
+    progress = self._read_progress(step)
+    directory = self._step_dir(self.last, step)
+    try:
+      restored = self.last.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+      # progress (written by process 0) names process 0's file; each process reads its own of that step.
+      data_prefix = os.path.join(self.data_dir, os.path.basename(progress["data_checkpoint"]))
+      iterator_ckpt.read(data_prefix).expect_partial()
+    except Exception as err:  # noqa: BLE001 - TensorStore, TF and orbax errors alike: name dir and fix
+      raise self.unreadable(directory, err) from err
+    self.committed_best_step = progress["best_step"]
+    self._keep_best(self.committed_best_step)
     return restored["state"], progress
 
+  def check_config(self) -> None:
+    """Raises ``ConfigMismatchError`` if the ``last`` checkpoint was trained with another config."""
+    step = self.last.latest_step()
+    if step is not None:
+      self._read_progress(step)
+
+  def _read_progress(self, step: int) -> dict:
+    """The progress of ``last`` step ``step``, after checking it was trained with this config."""
+    directory = self._step_dir(self.last, step)
+    try:
+      progress = dict(self.last.restore(step, args=ocp.args.Composite(progress=ocp.args.JsonRestore()))["progress"])
+    except Exception as err:  # noqa: BLE001
+      raise self.unreadable(directory, err) from err
+    fix = (f"rerun with --force to train this run from scratch, or use another --workdir than "
+           f"{os.path.dirname(self.root)}")
+    if "config" not in progress:
+      raise ConfigMismatchError(f"{directory} was written without its config, so it cannot be resumed "
+                                f"safely; {fix}")
+    differences = config_differences(progress["config"], self.config)
+    if differences:
+      raise ConfigMismatchError(f"{self.root} holds a run with a different config "
+                                f"({'; '.join(differences)}); {fix}")
+    return progress
+
   def save_best(self, step: int, state: TrainState) -> None:
+    """Saves ``step`` as the newest best; keeps the committed best until the next ``last`` commit."""
+    self._keep_best(self.committed_best_step)  # an interrupted save_best/_committed left more
     self.best.save(step, args=ocp.args.StandardSave({"params": state.params,
                                                      "model_state": state.model_state}), force=True)
     self.best.wait_until_finished()
+    self._keep_best(self.committed_best_step, step)
 
-  def restore_best(self, target: TrainState):
-    step = self.best.latest_step()
-    if step is None:
-      return None
-    return self.best.restore(step, args=ocp.args.StandardRestore(
-        {"params": target.params, "model_state": target.model_state}))
+  def restore_best(self, target: TrainState, step: int):
+    """The ``{params, model_state}`` saved as best at ``step``, or None if no best was saved (step 0)."""
+    directory = self._step_dir(self.best, step)
+    if step not in self.best.all_steps():
+      if not step:
+        return None
+      raise self.unreadable(directory, FileNotFoundError("the best checkpoint of this step is missing"))
+    try:
+      return self.best.restore(step, args=ocp.args.StandardRestore(
+          {"params": target.params, "model_state": target.model_state}))
+    except Exception as err:  # noqa: BLE001
+      raise self.unreadable(directory, err) from err

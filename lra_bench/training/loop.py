@@ -7,7 +7,8 @@ or its exception, into a record).
 The train step is compiled ahead of time (``place_and_compile``), so compile time, XLA FLOPs and
 compiled memory are measured apart from the steps. Every ``eval_every`` steps the validation split is
 evaluated, the best-validation state is checkpointed and every ``checkpoint_every`` steps the last
-state (``checkpoints.Checkpoints``: exact resume). At the end the test split is evaluated with the
+state (``checkpoints.Checkpoints``: exact resume, consistent under a kill at any instant, and never
+of another config). At the end the test split is evaluated with the
 best-validation parameters (the reported accuracy) and with the last ones.
 
 Periodic work is a few small objects in the style of the flax examples' ``periodic_actions``:
@@ -33,7 +34,7 @@ import optax
 
 import tasks as tasks_lib
 from lra_bench.training import optim, parallel, steps, xla_stats
-from lra_bench.training.checkpoints import Checkpoints
+from lra_bench.training.checkpoints import Checkpoints, absolute
 
 
 class TrainingError(RuntimeError):
@@ -214,10 +215,13 @@ class Run:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, data_dir: str, devices=None):
     self.config, self.wall_start = config, time.perf_counter()
+    workdir, data_dir = absolute(workdir), absolute(data_dir)
     self.mesh = parallel.make_mesh(devices)
     self.layout = parallel.batch_split(config.batch_size, config.accumulate_steps, self.mesh.size,
                                        jax.process_count())
     self._log_setup()
+    self.checkpoints = Checkpoints(workdir, config)
+    self.checkpoints.check_config()  # refuse another config's checkpoints before loading any data
     task = tasks_lib.get_task(config.task)
     self.data = Data.load(config, task, data_dir, self.layout["per_process_batch_size"])
     model = steps.create_model(config, task)
@@ -229,7 +233,6 @@ class Run:
     self.to_global = functools.partial(parallel.global_batch, mesh=self.mesh)
     self.train_iter = iter(self.data.train)
     self.iterator_ckpt = tasks_lib.base.import_tf().train.Checkpoint(iterator=self.train_iter)
-    self.checkpoints = Checkpoints(workdir)
     self.progress = {"best_val_accuracy": -1.0, "best_step": 0, "train_seconds": 0.0, "timed_steps": 0,
                      "wall_seconds": 0.0}
     self._resume()
@@ -253,7 +256,9 @@ class Run:
     if restored is not None:
       state, self.progress = restored
       self.state = jax.device_put(state, self.placed.state_shardings)
-      logging.info("resumed from step %d", int(self.state.step))
+      # WARNING: shown by default, so a rerun says it continued rather than started over.
+      logging.warning("resumed from step %d of the checkpoint in %s", int(self.state.step),
+                      self.checkpoints.root)
 
   def evaluate(self, split: str, params, model_state, max_batches: int = -1) -> dict[str, float]:
     return evaluate(self.placed.eval_step, params, model_state, getattr(self.data, split),
@@ -328,7 +333,7 @@ class Run:
 
   def test(self) -> dict[str, Any]:
     """Test accuracy of the best-validation and of the last parameters; the run's measurements."""
-    best, best_step = self.checkpoints.restore_best(self.state), self.best_step
+    best, best_step = self.checkpoints.restore_best(self.state, self.best_step), self.best_step
     if best is None:  # no eval happened (e.g. zero steps): evaluate the current parameters
       best, best_step = {"params": self.state.params, "model_state": self.state.model_state}, int(self.state.step)
     test_best = self.evaluate("test", best["params"], best["model_state"])
