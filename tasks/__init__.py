@@ -7,7 +7,7 @@ imported here, so a new task is one new file.
 import importlib as _importlib
 import pkgutil as _pkgutil
 
-from tasks.base import SPLITS, DataError, Examples, MissingDataError, Task, default_data_dir
+from tasks.base import SPLITS, DataError, Examples, MissingDataError, MissingDependencyError, Task, default_data_dir
 
 _TASKS: dict[str, Task] = {}
 
@@ -33,5 +33,5 @@ for _info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
   if _info.name != "base":
     _importlib.import_module(f"{__name__}.{_info.name}")
 
-__all__ = ["SPLITS", "DataError", "Examples", "MissingDataError", "Task", "default_data_dir", "get_task", "list_tasks",
-           "register_task"]
+__all__ = ["SPLITS", "DataError", "Examples", "MissingDataError", "MissingDependencyError", "Task", "default_data_dir",
+           "get_task", "list_tasks", "register_task"]

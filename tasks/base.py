@@ -13,6 +13,8 @@ import os
 import shlex
 from typing import Any, ClassVar
 
+import numpy as np
+
 SPLITS = ("train", "validation", "test")
 INPUT_KINDS = ("tokens", "pixels")
 # Pixel tasks feed intensity tokens pixel + 1 (1..256), so that 0 stays the padding id and black pixels
@@ -45,10 +47,25 @@ class Examples:
   source: str
 
 
+DATA_EXTRA_HINT = "install it with: pip install 'lra-bench[data]' (tensorflow-cpu, tensorflow-datasets)"
+
+
+class MissingDependencyError(DataError):
+  """Reading data needs TensorFlow / TFDS, which the core install leaves out (accelerator images)."""
+
+
 def import_tf():
-  """Imports TensorFlow for tf.data only, hiding every accelerator from it (JAX owns them)."""
+  """Imports TensorFlow for tf.data only, hiding every accelerator from it (JAX owns them).
+
+  Only code that reads data calls this, so ``list``, ``bench``, ``check``, ``report``, ``viz`` and the
+  attention cores run where TensorFlow is not installed (tests/test_no_tensorflow.py).
+  """
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  import tensorflow as tf
+  try:
+    import tensorflow as tf
+  except ImportError as err:
+    raise MissingDependencyError(f"reading task data needs TensorFlow (tf.data), which is not installed "
+                                 f"({err}); {DATA_EXTRA_HINT}") from None
 
   try:
     tf.config.set_visible_devices([], "GPU")
@@ -56,6 +73,27 @@ def import_tf():
   except (RuntimeError, ValueError):
     pass  # already initialized, or no such device type on this build
   return tf
+
+
+def import_tfds():
+  """``tensorflow_datasets`` (Text and Image read IMDB and CIFAR-10 through it), TensorFlow first."""
+  import_tf()
+  try:
+    import tensorflow_datasets as tfds
+  except ImportError as err:
+    raise MissingDependencyError(f"the text and image tasks read TFDS datasets, and tensorflow-datasets "
+                                 f"is not installed ({err}); {DATA_EXTRA_HINT}") from None
+  return tfds
+
+
+def check_count(task: str, option: str, value, minimum: int = 0) -> int:
+  """A ``data prepare`` count option (examples, images, workers): an int >= ``minimum``, else DataError
+  naming the option and the value (a negative count used to generate nothing, or crash later)."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise DataError(f"data prepare {task}: --{option} must be an integer >= {minimum}, got {value!r}")
+  if value < minimum:
+    raise DataError(f"data prepare {task}: --{option} is {value}; it must be >= {minimum}")
+  return int(value)
 
 
 def default_data_dir() -> str:

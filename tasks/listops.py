@@ -27,7 +27,7 @@ from typing import Union
 import numpy as np
 
 from tasks import register_task
-from tasks.base import DataError, Examples, MissingDataError, Task, import_tf
+from tasks.base import DataError, Examples, MissingDataError, Task, check_count, import_tf
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 CLOSE = "]"
@@ -36,6 +36,10 @@ VOCAB = OPERATORS + ("X",) + tuple(str(d) for d in range(10))
 OOV_ID = len(VOCAB) + 1
 VOCAB_SIZE = len(VOCAB) + 2  # pad + 15 tokens + OOV = 17, as LRA's TokenTextEncoder
 
+# What a Source may hold: parentheses (dropped by the tokenizer) around these whitespace-separated tokens.
+# "X" is the tokenizer's own stand-in for "]", so a literal "X" in a file is refused like any other word.
+SOURCE_TOKENS = frozenset(OPERATORS + (CLOSE,) + tuple(str(d) for d in range(10)))
+_DROP_PARENS = str.maketrans("", "", "()")  # as the tokenizer: "(3" is "3", "3(4" is "34"
 SPLIT_FILES = {"train": "train", "validation": "val", "test": "test"}
 HEADER = ["Source", "Target"]
 SUBDIR = "listops-1000"  # the official release folder name
@@ -162,9 +166,20 @@ def read_tsv(path: str, num_classes: int = 10) -> tuple[list[str], list[int]]:
         raise DataError(f"{path}:{lineno}: Target {label} is outside 0..{num_classes - 1}")
       if not source.strip():
         raise DataError(f"{path}:{lineno}: empty Source")
+      check_tokens(source, path, lineno)
       sources.append(source)
       labels.append(label)
   return sources, labels
+
+
+def check_tokens(source: str, path: str, lineno: int) -> None:
+  """Refuses a Source token outside the vocabulary, naming file:line and the token (the tokenizer would
+  map it to the out-of-vocabulary id without a word, and the model would train on it)."""
+  words = source.translate(_DROP_PARENS).split()
+  if not SOURCE_TOKENS.issuperset(set(words)):  # a set per line: the common (valid) case stays in C
+    word = next(w for w in words if w not in SOURCE_TOKENS)
+    raise DataError(f"{path}:{lineno}: Source token {word!r} is not in the ListOps vocabulary "
+                    f"({' '.join(OPERATORS)} {CLOSE} 0-9, with parentheses); fix or drop that line")
 
 
 def tokenize_fn(max_length: int):
@@ -208,6 +223,16 @@ class ListOps(Task):
     Existing files with the same generation options are kept; existing files from elsewhere (e.g. the
     official release) are never overwritten unless ``overwrite=True``.
     """
+    num_train, num_val, num_test = (check_count(self.name, option, value) for option, value in
+                                    (("num_train", num_train), ("num_val", num_val), ("num_test", num_test)))
+    if num_train + num_val + num_test == 0:
+      raise DataError(f"data prepare {self.name}: --num_train, --num_val and --num_test are all 0; "
+                      "nothing to generate")
+    min_length = check_count(self.name, "min_length", min_length)
+    max_length = check_count(self.name, "max_length", max_length, minimum=1)
+    if min_length >= max_length - 1:
+      raise DataError(f"data prepare {self.name}: --min_length {min_length} must be below --max_length "
+                      f"{max_length} - 1 (lengths strictly between them are kept)")
     out_dir = os.path.join(data_dir, SUBDIR)
     options = dict(name=name, num_train=num_train, num_val=num_val, num_test=num_test, seed=seed,
                    min_length=min_length, max_length=max_length, generator="lra-bench listops v1")
@@ -224,8 +249,6 @@ class ListOps(Task):
       logging.info("found ListOps files without generator metadata in %s (official release?); "
                    "keeping them", out_dir)
       return out_dir
-    if min_length >= max_length - 1:
-      raise ValueError(f"need min_length < max_length - 1, got {min_length}, {max_length}")
     pairs = generate(num_train + num_val + num_test, seed=seed, min_length=min_length,
                      max_length=max_length, progress=progress)
     cuts = {"train": pairs[:num_train], "validation": pairs[num_train:num_train + num_val],

@@ -35,8 +35,8 @@ import numpy as np
 
 from tasks import register_task
 from tasks import pathfinder_gen as gen
-from tasks.base import (PIXEL_VOCAB, DataError, Examples, MissingDataError, Task, fit_length_fn, import_tf,
-                        pixel_inputs_fn)
+from tasks.base import (PIXEL_VOCAB, DataError, Examples, MissingDataError, Task, check_count, fit_length_fn,
+                        import_tf, pixel_inputs_fn)
 
 DIFFICULTY_DIRS = {6: "curv_baseline", 9: "curv_contour_length_9", 14: "curv_contour_length_14"}
 META_FILE = "lra_bench_meta.json"
@@ -267,9 +267,15 @@ class _Pathfinder(Task):
     resolution = resolution or self.resolution
     contour_length = contour_length or self.contour_length
     if resolution not in gen.RESOLUTIONS:
-      raise ValueError(f"resolution must be one of {sorted(gen.RESOLUTIONS)}, got {resolution}")
-    if num_images < 1 or images_per_batch < 1:
-      raise ValueError("num_images and images_per_batch must be positive")
+      raise DataError(f"data prepare {self.name}: --resolution must be one of {sorted(gen.RESOLUTIONS)}, "
+                      f"got {resolution!r}")
+    if contour_length not in gen.CONTOUR_LENGTHS:
+      raise DataError(f"data prepare {self.name}: --contour_length must be one of {list(gen.CONTOUR_LENGTHS)}, "
+                      f"got {contour_length!r}")
+    num_images = check_count(self.name, "num_images", num_images, minimum=1)
+    images_per_batch = check_count(self.name, "images_per_batch", images_per_batch, minimum=1)
+    if workers is not None:
+      workers = check_count(self.name, "workers", workers, minimum=1)
     out_dir = difficulty_dir(self._root(data_dir, name), resolution, contour_length)
     options = dict(resolution=resolution, contour_length=contour_length, num_images=num_images, seed=seed,
                    images_per_batch=images_per_batch, generator=GENERATOR_VERSION)

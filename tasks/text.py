@@ -65,7 +65,6 @@ class Text(Task):
   def prepare(self, data_dir: str, *, tfds_data_dir: str | None = None, **_) -> str:
     """Checks that IMDB is prepared for TFDS (nothing to generate) and says where."""
     found = tfds_data.find(self.dataset_name, self.name, data_dir, tfds_data_dir)
-    logging.info("%s", tfds_data.info(self.dataset_name, found))
     return tfds_data.info(self.dataset_name, found)
 
   def examples(self, data_dir: str, split: str, *, max_length: int, validation: str = "holdout",

@@ -94,3 +94,26 @@ def test_core_flops_script_slopes(fast_compile):
     flops = [module.core_flops(name, n) for n in lengths]
     slope = np.polyfit(np.log(lengths), np.log(flops), 1)[0]
     assert abs(slope - expected) < 0.1, (name, slope)
+
+
+def test_device_peak_is_only_this_points():
+  """The process-wide peak counter cannot be reset: a point gets it only if the point raised it."""
+  assert bench.device_peak(None, None) is None          # CPU: the backend reports nothing
+  assert bench.device_peak(0, 5_000) == 5_000            # a fresh process (isolated point)
+  assert bench.device_peak(8_000, 8_000) is None         # in-process, below an earlier point's peak
+  assert bench.device_peak(8_000, 9_000) == 9_000        # in-process, this point set the new peak
+
+
+def test_memory_fields_in_process(tmp_path, fast_compile, monkeypatch):
+  """Every point has XLA's compiled estimate; the measured peak comes from the device counter, and a
+  point that did not raise it records None (never the previous point's number)."""
+  from lra_bench.training import xla_stats
+
+  readings = iter([0, 6_000, 6_000, 6_000])  # before/after point 1, before/after point 2
+  monkeypatch.setattr(xla_stats, "peak_memory_bytes", lambda: next(readings))
+  summary = bench.run_bench([32, 48], "vanilla", results_dir=str(tmp_path), batch_size=1, repeats=1,
+                            warmup_steps=0, isolate=False, overrides=TINY, progress=False)
+  first, second = sorted(summary.records, key=lambda r: r["max_length"])
+  assert first["compiled_memory_bytes"] > 0 and second["compiled_memory_bytes"] > first["compiled_memory_bytes"]
+  assert first["peak_memory_bytes"] == 6_000 and second["peak_memory_bytes"] is None
+  assert first["peak_rss_bytes"] is None  # in-process: the host peak is the whole process's

@@ -104,6 +104,11 @@ def test_reads_official_release_lines_with_lf(tmp_path):
     ("( ( [SM 4 ) ] )\t4\n( ( [SM 4 ) ] )\n", r"basic_val.tsv:3: expected 2 tab-separated columns"),
     ("( ( [SM 4 ) ] )\t12\n", r"basic_val.tsv:2: Target 12 is outside 0..9"),
     ("( ( [SM 4 ) ] )\tfour\n", r"basic_val.tsv:2: Target 'four' is not an integer"),
+    # tokens outside the vocabulary (they used to become the OOV id without a word)
+    ("( ( [SM 4 ) ] )\t4\n( ( [SUM 4 ) ] )\t4\n", r"basic_val.tsv:3: Source token '\[SUM' is not in"),
+    ("( ( [MAX 12 ) ] )\t2\n", r"basic_val.tsv:2: Source token '12' is not in"),
+    ("( ( [MIN 4 ) X )\t4\n", r"basic_val.tsv:2: Source token 'X' is not in"),
+    ("( ( [MIN 4(5 ) ] )\t4\n", r"basic_val.tsv:2: Source token '45' is not in"),
 ])
 def test_malformed_lines_name_file_and_line(tmp_path, body, message):
   path = str(tmp_path / "listops-1000" / "basic_val.tsv")
@@ -140,3 +145,26 @@ def test_batch_shapes_per_split(listops_dir):
   assert [b["inputs"].shape[0] for b in test_batches] == [8, 8, 8, 8, 5]  # 37 examples, none dropped
   again = next(iter(task.dataset(listops_dir, "train", 8, max_length=64, seed=0, repeat=True, name="tiny")))
   np.testing.assert_array_equal(batch["inputs"].numpy(), again["inputs"].numpy())  # seeded order
+
+
+def test_every_generated_token_is_in_the_vocabulary():
+  sources = [source for source, _ in listops.generate(40, seed=3, min_length=10, max_length=80, progress=False)]
+  for lineno, source in enumerate(sources, start=2):
+    listops.check_tokens(source, "generated", lineno)  # raises on any token the tokenizer would map to OOV
+  assert (listops.tokenize(sources, 80) != listops.OOV_ID).all()
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(num_train=-5), r"--num_train is -5; it must be >= 0"),
+    (dict(num_val=-1), r"--num_val is -1"),
+    (dict(num_test=2.5), r"--num_test must be an integer >= 0, got 2.5"),
+    (dict(num_train=True), r"--num_train must be an integer"),
+    (dict(num_train=0, num_val=0, num_test=0), r"all 0; nothing to generate"),
+    (dict(min_length=-1), r"--min_length is -1"),
+    (dict(min_length=50, max_length=50), r"--min_length 50 must be below --max_length 50"),
+])
+def test_prepare_refuses_bad_counts_before_writing(tmp_path, options, message):
+  base = dict(num_train=4, num_val=2, num_test=2, min_length=10, max_length=40, progress=False)
+  with pytest.raises(tasks.DataError, match=message):
+    tasks.get_task("listops").prepare(str(tmp_path), **{**base, **options})
+  assert not os.path.exists(tmp_path / "listops-1000")

@@ -171,3 +171,18 @@ def test_tiny_training(pf_root, tmp_path):
   assert record["status"] == "ok", record.get("error")
   assert record["data"]["train"]["num_truncated"] == 48  # 1024 pixels cut to 256, counted
   assert 0.0 <= record["test_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(num_images=-3), r"--num_images is -3; it must be >= 1"),
+    (dict(num_images=0), r"--num_images is 0; it must be >= 1"),
+    (dict(images_per_batch=-1), r"--images_per_batch is -1"),
+    (dict(workers=0), r"--workers is 0; it must be >= 1"),
+    (dict(contour_length=7), r"--contour_length must be one of \[6, 9, 14\], got 7"),
+    (dict(resolution=48), r"--resolution must be one of"),
+])
+def test_prepare_refuses_bad_options_before_writing(tmp_path, options, message):
+  base = dict(contour_length=6, num_images=4, images_per_batch=2, seed=1, workers=1, progress=False)
+  with pytest.raises(tasks.DataError, match=message):
+    tasks.get_task("pathfinder").prepare(str(tmp_path), **{**base, **options})
+  assert os.listdir(tmp_path) == []

@@ -183,3 +183,22 @@ def test_benchmark_only_results_have_no_accuracy_section(tmp_path, fast_compile)
   with open(os.path.join(out, "index.md")) as f:
     index = f.read()
   assert "## Accuracy" not in index and "Benchmark records only" in index
+
+
+def test_memory_columns_name_their_source_and_never_mix():
+  """The compiled estimate (every backend) and the measured device peak (GPU/TPU) are separate tables
+  whose captions say which is which; a point without a measured peak is n/a there, not its estimate."""
+  gpu = [dict(bench_record("vanilla", 1024, 2.0, 2 ** 30, 4e9), peak_memory_bytes=3 * 2 ** 30),
+         dict(bench_record("performer", 1024, 4.0, 2 ** 29, 2e9), peak_memory_bytes=None),
+         bench_record("vanilla", 2048, None, 2 ** 32, 16e9, compile_only=True)]
+  (group,) = efficiency.efficiency_groups(gpu, REFERENCE_EFF)
+  compiled = {r[0]: r[1:] for r in group.memory.rows}
+  assert compiled["vanilla"][:2] == ["1.00 GiB", "4.00 GiB"] and compiled["performer"][0] == "512 MiB (0.50× vanilla)"
+  assert efficiency.COMPILED_MEMORY in group.memory.caption and efficiency.COMPILED_MEMORY == group.memory_source
+  peak = {r[0]: r[1:] for r in group.peak_memory.rows}
+  assert peak["vanilla"][:2] == ["3.00 GiB", "compiled only"] and peak["performer"][0] == "n/a"
+  assert efficiency.DEVICE_PEAK in group.peak_memory.caption
+  assert group.frame.memory_bytes.tolist() == group.frame.compiled_memory_bytes.tolist()
+  # A CPU run (no point with a measured peak) has no peak table at all.
+  (cpu,) = efficiency.efficiency_groups(BENCH, REFERENCE_EFF)
+  assert cpu.peak_memory is None and cpu.memory_source == efficiency.COMPILED_MEMORY

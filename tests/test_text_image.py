@@ -93,6 +93,19 @@ def test_missing_tfds_data_names_paths_and_fix(tmp_path, name, dataset):
   assert str(tmp_path / "tfds") in str(err.value) and f"tfds build {dataset}" in str(err.value)
 
 
+def test_incomplete_tfds_copy_is_said_once_in_the_error(tmp_path, monkeypatch, caplog):
+  """A half-copied TFDS folder: TFDS warns "Variant folder ... has no dataset_info.json" for each
+  candidate dir and each split; the log stays quiet and the one error names the folder."""
+  variant = tmp_path / "tfds" / "imdb_reviews" / "plain_text" / "1.0.0"
+  variant.mkdir(parents=True)
+  monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "elsewhere"))
+  for split in ("train", "validation"):
+    with pytest.raises(tasks.MissingDataError) as err:
+      tasks.get_task("text").examples(str(tmp_path), split, max_length=8)
+    assert str(err.value).count("has no dataset_info.json") == 1 and str(variant) in str(err.value)
+  assert not [r for r in caplog.records if "Variant folder" in r.getMessage()]
+
+
 def test_pixels_only_for_pixel_tasks():
   with pytest.raises(config_lib.ConfigError, match="no float pixel inputs"):
     config_lib.load_config("smoke", "text", ["model.input_kind='pixels'"])

@@ -12,8 +12,11 @@ For every (attention, length) point:
 - the step time is measured over ``repeats`` single steps after ``warmup_steps`` (compile and warm-up
   excluded, ``block_until_ready`` before the clock stops); the record keeps every time, the median and
   the quartiles;
-- the runtime peak comes from ``device.memory_stats()`` where the backend reports it (GPU/TPU) and the
-  host peak RSS of the process always;
+- memory, as separate fields that mean the same on every machine: ``compiled_memory_bytes`` is XLA's
+  estimate for the compiled step (every backend, also for compile-only points); ``peak_memory_bytes``
+  is the device's measured peak (``memory_stats()["peak_bytes_in_use"]``), None where the backend
+  reports none (CPU) or where it cannot be told apart from an earlier point's (see ``device_peak``);
+  ``peak_rss_bytes`` is the host process's peak resident memory (isolated points only);
 - running out of memory is a data point (status ``oom``), and so is any other failure (``failed``, e.g.
   a timeout); once an attention runs out of memory, its longer lengths are recorded as ``oom`` unrun.
 
@@ -83,10 +86,23 @@ def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str
 # One point (runs in the worker process)
 
 
+def device_peak(before: int | None, after: int | None) -> int | None:
+  """This point's device peak from the process's peak counter read before and after it.
+
+  The counter only grows and cannot be reset, so in a process that already ran a point the value
+  belongs to this point only if the point raised it; otherwise this point's own peak is unknown (None),
+  never an earlier point's number. A fresh process per point (the default) starts from 0.
+  """
+  if after is None or (before is not None and after <= before):
+    return None
+  return after
+
+
 def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Compiles (and unless ``compile_only`` times) one point; raises on failure."""
   import jax
 
+  peak_before = xla_stats.peak_memory_bytes()
   task = tasks_lib.get_task(config.task)
   b, length, mode = config.batch_size, config.data.max_length, config.bench.mode
   model = steps.create_model(config, task)
@@ -136,7 +152,8 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   q25, median, q75 = (float(v) for v in np.percentile(times, [25, 50, 75]))
   out.update(step_seconds=times, step_seconds_median=median, step_seconds_q25=q25,
              step_seconds_q75=q75, steps_per_second=1.0 / median, examples_per_second=b / median,
-             tokens_per_second=b * length / median, peak_memory_bytes=xla_stats.peak_memory_bytes())
+             tokens_per_second=b * length / median,
+             peak_memory_bytes=device_peak(peak_before, xla_stats.peak_memory_bytes()))
   return out
 
 

@@ -16,12 +16,17 @@ from lra_bench.report.reference import number, paper_name
 from lra_bench.report.tables import Table
 
 
+# The two memory numbers of a point, never mixed in one column (a CPU run has only the first):
+COMPILED_MEMORY = "XLA compiled estimate"   # compiled.memory_analysis(): the same on every backend
+DEVICE_PEAK = "measured device peak"        # memory_stats()["peak_bytes_in_use"]: GPU/TPU only
+
+
 def bench_frame(records: Sequence[dict]) -> pd.DataFrame:
-  """One row per benchmark point (latest record of each)."""
+  """One row per benchmark point (latest record of each). ``memory_bytes`` (the plots' memory) is the XLA
+  compiled estimate on every backend, so curves from a CPU and a GPU run mean the same thing."""
   rows = []
   for r in results.latest_records(x for x in records if x.get("kind") == "bench"):
-    memory, source = (r.get("peak_memory_bytes"), "runtime peak") if r.get("peak_memory_bytes") \
-        else (r.get("compiled_memory_bytes"), "XLA compiled estimate")
+    memory = r.get("compiled_memory_bytes")
     rows.append({"attention": r["attention"], "mode": r.get("mode"), "batch_size": r.get("batch_size"),
                  "backend": r.get("backend"), "device_kind": r.get("device_kind"), "length": r["max_length"],
                  "status": r["status"], "compile_only": bool(r.get("compile_only")),
@@ -30,7 +35,7 @@ def bench_frame(records: Sequence[dict]) -> pd.DataFrame:
                  "examples_per_second": r.get("examples_per_second"),
                  "peak_memory_bytes": r.get("peak_memory_bytes"), "peak_rss_bytes": r.get("peak_rss_bytes"),
                  "compiled_memory_bytes": r.get("compiled_memory_bytes"), "memory_bytes": memory,
-                 "memory_source": source if memory else None, "flops_per_step": r.get("flops_per_step"),
+                 "memory_source": COMPILED_MEMORY if memory else None, "flops_per_step": r.get("flops_per_step"),
                  "compile_seconds": r.get("compile_seconds"), "error": r.get("error")})
   columns = ["attention", "mode", "batch_size", "backend", "device_kind", "length", "status"]
   return pd.DataFrame(rows, columns=columns if not rows else None)
@@ -70,7 +75,8 @@ class EfficiencyGroup:
   memory: Table
   flops: Table
   published: Table | None
-  memory_source: str
+  memory_source: str              # what ``memory`` (and the frame's memory_bytes) holds
+  peak_memory: Table | None = None  # the measured device peak; None where no point has one (CPU)
 
   @property
   def stem(self) -> str:
@@ -87,16 +93,19 @@ def _baseline_value(frame: pd.DataFrame, baseline: str, length: int, metric: str
   return point[metric] if point is not None and point["status"] == "ok" else None
 
 
+MEASURED = ("steps_per_second", "peak_memory_bytes")  # need a run: none for compile-only points
+
+
 def _efficiency_cell(frame: pd.DataFrame, attention: str, length: int, metric: str, fmt) -> str:
   p = _point(frame, attention, length)
   if p is None:
     return "—"
   if p["status"] != "ok":
     return {"oom": "OOM"}.get(p["status"], p["status"])
-  if metric == "steps_per_second" and p["compile_only"]:
+  if metric in MEASURED and p["compile_only"]:
     return "compiled only"
   value = p[metric]
-  if value is None or not np.isfinite(value):
+  if value is None or pd.isna(value):
     return "n/a"
   ratios = {b: _ratio(value, _baseline_value(frame, b, length, metric)) for b in BASELINES if b != attention}
   return _with_ratios(fmt(value), ratios)
@@ -123,19 +132,27 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> l
     attentions = sorted(g.attention.unique(), key=lambda n: (n not in BASELINES, BASELINES.index(n) if n in BASELINES else 0, n))
     what = "training step (forward + backward + AdamW)" if mode == "train" else "inference (forward only)"
     setting = f"LRA Text model (4 layers, emb 256, 4 heads, mlp 1024), batch {batch}, {device}"
-    sources = sorted({s for s in g.memory_source if isinstance(s, str)})
     speed = _efficiency_table(g, "steps_per_second", lambda v: f"{v:.2f}",
                               f"Steps per second, {what}; {setting}. Median over repeats; "
                               "(ratios vs vanilla and vs flash) at the same length.", lengths, attentions)
-    memory = _efficiency_table(g, "memory_bytes", _bytes,
-                               f"Memory per step ({' / '.join(sources) or 'n/a'}), {what}; {setting}. "
+    memory = _efficiency_table(g, "compiled_memory_bytes", _bytes,
+                               f"Memory per step, {COMPILED_MEMORY} (XLA memory_analysis of the compiled "
+                               f"step: arguments + outputs + temporaries − donated; computed, not measured, "
+                               f"so comparable across CPU/GPU/TPU), {what}; {setting}. "
                                "(ratios vs vanilla and vs flash).", lengths, attentions)
+    peak_memory = None
+    if g.peak_memory_bytes.notna().any():
+      peak_memory = _efficiency_table(
+          g, "peak_memory_bytes", _bytes,
+          f"Memory per step, {DEVICE_PEAK} (device memory_stats() peak_bytes_in_use while the point ran; "
+          f"n/a: not reported by this backend, or not separable from an earlier point in the same process), "
+          f"{what}; {setting}. (ratios vs vanilla and vs flash).", lengths, attentions)
     flops = _efficiency_table(g, "flops_per_step", lambda v: f"{v / 1e9:.1f} G",
                               f"XLA FLOPs per step, {what}; {setting}. (ratios vs vanilla and vs flash).",
                               lengths, attentions)
     published = _published_efficiency(reference_eff, attentions) if mode == "train" else None
     groups.append(EfficiencyGroup(mode, int(batch), device, g, speed, memory, flops, published,
-                                  " / ".join(sources) or "n/a"))
+                                  COMPILED_MEMORY, peak_memory))
   return groups
 
 

@@ -8,7 +8,12 @@ import jax
 
 
 def cost_analysis(compiled) -> dict[str, float | None]:
-  """XLA's FLOPs and memory estimate of a compiled executable (None where the backend has none)."""
+  """XLA's FLOPs and memory estimate of a compiled executable (None where the backend has none).
+
+  ``compiled_memory_bytes`` = arguments + outputs + temporaries - aliased (donated) bytes, from
+  ``memory_analysis()``: what XLA plans to hold at once for one call, computed without running it, so it
+  means the same on CPU, GPU and TPU (unlike the measured peak, which only GPU/TPU report).
+  """
   out: dict[str, float | None] = {"flops": None, "compiled_memory_bytes": None, "temp_bytes": None}
   try:
     cost = compiled.cost_analysis()
@@ -29,7 +34,8 @@ def cost_analysis(compiled) -> dict[str, float | None]:
 
 
 def peak_memory_bytes() -> int | None:
-  """Runtime peak bytes on the first local device, where the backend reports it (GPU/TPU; not CPU)."""
+  """Measured peak bytes in use on the first local device since the process started, where the backend
+  reports it (``memory_stats()["peak_bytes_in_use"]`` on GPU/TPU; None on CPU)."""
   try:
     stats = jax.local_devices()[0].memory_stats()
   except Exception:  # noqa: BLE001
