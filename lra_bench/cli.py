@@ -588,6 +588,20 @@ def quiet_logs(verbose: bool) -> None:
       logging.getLogger(name).setLevel(logging.WARNING)
 
 
+IO_FAILURES = (("lra_bench.experiments.results", "RecordWriteError"),
+               ("lra_bench.training.checkpoints", "CheckpointError"))
+
+
+def _io_failure(err: BaseException) -> bool:
+  """Whether ``err`` is a record that could not be written or a checkpoint that could not be read.
+
+  Looked up in ``sys.modules`` so that commands which never touch them do not import orbax: an error of
+  those types can only exist once their module has been imported.
+  """
+  return any(isinstance(err, getattr(sys.modules.get(module), name, ()))
+             for module, name in IO_FAILURES)
+
+
 def main(args: argparse.Namespace) -> int:
   import attention_zoo
   from lra_bench.training.config import ConfigError
@@ -605,6 +619,11 @@ def main(args: argparse.Namespace) -> int:
   except (plugin_error, ConfigError, DataError, DownloadError, ValueError, TypeError) as err:
     print(f"error: {err}", file=sys.stderr)
     return 2
+  except (OSError, RuntimeError) as err:
+    if not _io_failure(err):
+      raise
+    print(f"error: {err}", file=sys.stderr)
+    return 1
   if isinstance(result, int):
     return result
   print(result)

@@ -159,10 +159,11 @@ def test_results_file_is_append_only_and_skips_bad_lines(tmp_path):
 def test_overrides_are_parsed_by_the_type_of_their_field():
   c = config_lib.load_config("smoke", "listops", [
       "precision=bfloat16", "batch_size=8", "optimizer.learning_rate=1", "data.options.name='tiny'",
-      "model.attention_kwargs.nb_features=32", "data.options.limit=100"], attention="performer", seed=3)
+      "model.attention_kwargs.nb_features=32"], attention="performer", seed=3)
   assert (c.precision, c.batch_size, c.data.options.name, c.seed) == ("bfloat16", 8, "tiny", 3)
   assert isinstance(c.optimizer.learning_rate, float) and c.optimizer.learning_rate == 1.0
-  assert c.model.attention_kwargs.nb_features == 32 and c.data.options.limit == 100
+  assert c.model.attention_kwargs.nb_features == 32
+  assert config_lib.load_config("smoke", "text", ["data.options.limit=100"]).data.options.limit == 100
   # The attention and the seed are values, never formatted into an override and parsed back.
   assert config_lib.load_config("smoke", "listops", attention="axial").model.attention == "axial"
 

@@ -53,7 +53,7 @@ from lra_bench.experiments import cell, results, suite
 from lra_bench.training import config as config_lib
 from lra_bench.training import optim, steps, xla_stats
 
-MODES = ("train", "inference")
+MODES = config_lib.BENCH_MODES
 DEFAULT_LENGTHS = (1024, 2048, 3072, 4096, 8192, 16384)
 
 

@@ -36,8 +36,8 @@ TERMINAL = ("ok", "oom", "no_data")  # a suite does not rerun these; "failed" ru
 RESULTS_FILE = "results.jsonl"
 
 FIELDS = (
-    "task", "attention", "protocol", "seed", "status", "error",
-    "test_accuracy", "test_accuracy_last", "best_val_accuracy", "best_step", "train_steps",
+    "task", "attention", "attention_module", "protocol", "seed", "status", "error",
+    "test_accuracy", "test_accuracy_last", "test_examples", "best_val_accuracy", "best_step", "train_steps",
     "num_params", "steps_per_second", "examples_per_second", "compile_seconds", "wall_seconds",
     "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length", "batch_size",
     "backend", "device_kind", "num_devices", "num_processes", "per_device_batch_size", "accumulate_steps",
@@ -263,11 +263,23 @@ def make_record(**fields: Any) -> dict[str, Any]:
 
 
 
+def attention_module(name: str) -> str | None:
+  """The module that registered attention ``name`` (``attention_zoo.<file>`` or a plugin's module);
+  None when it is not registered in this process."""
+  import attention_zoo
+
+  try:
+    return attention_zoo.defining_module(name)
+  except ValueError:
+    return None
+
+
 def train_record(config: ml_collections.ConfigDict, status: str, *, workdir: str, data_dir: str,
                  **fields: Any) -> dict[str, Any]:
   """The record of one training run of ``config`` (``fields``: its measurements, or its ``error``)."""
   return make_record(status=status, task=config.task, attention=config.model.attention,
-                     protocol=config.protocol, seed=config.seed, max_length=config.data.max_length,
+                     attention_module=attention_module(config.model.attention), protocol=config.protocol,
+                     seed=config.seed, max_length=config.data.max_length,
                      batch_size=config.batch_size, config=config.to_dict(), config_hash=config_hash(config),
                      workdir=os.path.abspath(workdir), data_dir=os.path.abspath(data_dir), **fields)
 
@@ -282,4 +294,5 @@ def bench_key_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def bench_record(config: ml_collections.ConfigDict, **measurements: Any) -> dict[str, Any]:
   """The record of one benchmark point (``measurements`` include its ``status``)."""
-  return make_record(**bench_key_fields(config), **measurements)
+  return make_record(**bench_key_fields(config), attention_module=attention_module(config.model.attention),
+                     **measurements)

@@ -148,7 +148,7 @@ def _accuracy_section(out: _Out, rep: AccuracyReport) -> AccuracyReport:
   md = [f"## Accuracy — protocol `{rep.protocol}`", "", rep.ours.to_markdown(), "", rep.published.to_markdown()]
   if rep.delta is not None:
     md += ["", rep.delta.to_markdown()]
-  md += ["", f"Files: [{out.rel(stem)}.csv]({out.rel(stem)}.csv) (every cell with seeds, reference, delta), "
+  md += ["", f"Files: [{out.rel(stem)}.csv]({out.rel(stem)}.csv) (every cell with seeds, test examples, Wilson interval, difference from vanilla, reference, delta), "
              f"[{out.rel(stem)}.tex]({out.rel(stem)}.tex)."]
   out.section(stem, md)
   return rep
@@ -166,7 +166,8 @@ def _efficiency_section(out: _Out, g: EfficiencyGroup) -> None:
   stem = os.path.join(out.directory, f"efficiency_{g.stem}")
   g.frame.to_csv(stem + ".csv", index=False)
   out.written.append(stem + ".csv")
-  out.write(stem + ".tex", g.speed.to_latex() + g.memory.to_latex() + g.flops.to_latex())
+  peak = [] if g.peak_memory is None else [g.peak_memory]
+  out.write(stem + ".tex", "".join(t.to_latex() for t in [g.speed, g.memory, *peak, g.flops]))
   figure = plots.scaling_figure(
       scaling_series(g.frame), [("time", "seconds per step (median, IQR)"),
                                 ("memory", f"memory per step (bytes; {g.memory_source})"),
@@ -176,7 +177,8 @@ def _efficiency_section(out: _Out, g: EfficiencyGroup) -> None:
   md = [f"## Efficiency — {g.mode}, batch {g.batch_size}, {g.device_kind}", "",
         f"![scaling]({out.rel(figure[0])})", "", f"Log-log; legend: fitted slope of log y on log length "
         f"(numpy.polyfit). [SVG]({out.rel(figure[1])})", "",
-        g.speed.to_markdown(), "", g.memory.to_markdown(), "", g.flops.to_markdown()]
+        g.speed.to_markdown(), "", g.memory.to_markdown(), ""]
+  md += [line for t in peak for line in (t.to_markdown(), "")] + [g.flops.to_markdown()]
   if g.published is not None:
     md += ["", g.published.to_markdown()]
   md += ["", f"Files: [{out.rel(stem)}.csv]({out.rel(stem)}.csv) (every point: median, quartiles, memory, "

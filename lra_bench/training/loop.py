@@ -33,6 +33,7 @@ import numpy as np
 import optax
 
 import tasks as tasks_lib
+from lra_bench.training import config as config_lib
 from lra_bench.training import optim, parallel, steps, xla_stats
 from lra_bench.training.checkpoints import Checkpoints, absolute
 
@@ -375,6 +376,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
 
   Data-parallel over ``devices`` (default: every device of every process; see ``parallel``).
   """
+  config_lib.validate(config)  # also a config changed in Python after load_config
   run = Run(config, workdir, data_dir, devices)
   run.train()
   return run.test()

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from lra_bench.training.config import ConfigError
+from lra_bench.training.config import SCHEDULE_FACTORS, ConfigError
 
 
 def learning_rate_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
@@ -16,7 +16,7 @@ def learning_rate_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
   (1/sqrt(max(step, warmup))), ``linear_decay`` (clip((cycle - step)/(cycle - warmup), 0, 1)), ``cosine_decay`` (0.5(1 + cos(pi·((step-warmup)/cycle mod 1)))).
   """
   factors = [f.strip() for f in opt.schedule.split("*")]
-  known = {"constant", "linear_warmup", "rsqrt_decay", "linear_decay", "cosine_decay"}
+  known = set(SCHEDULE_FACTORS)
   unknown = set(factors) - known
   if unknown:
     raise ConfigError(f"unknown schedule factor(s) {sorted(unknown)}; known: {sorted(known)}")
