@@ -45,7 +45,9 @@ def plugins(tmp_path, monkeypatch):
   the environment and ``sys.modules`` are restored afterwards."""
   saved = (dict(registry._REGISTRY), set(registry._LOADED), dict(registry._state), set(sys.modules))
   monkeypatch.syspath_prepend(str(tmp_path))
-  monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
+  # setenv first so that monkeypatch records (and restores) the variable: load_plugins exports to it.
+  monkeypatch.setenv(registry.PLUGINS_ENV, "")
+  monkeypatch.delenv(registry.PLUGINS_ENV)
   monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
   registry._state["entry_points_done"] = True  # this interpreter's installed entry points stay out
 
