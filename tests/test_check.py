@@ -42,6 +42,16 @@ def test_a_broken_core_fails_naming_the_property(tmp_path, capsys, name, failing
   assert "| vanilla fwd+bwd ms |" in out  # timed beside vanilla
 
 
+def test_a_core_that_raises_still_gets_a_report(tmp_path, capsys):
+  with temporary({"fake_crash": CORES["fake_crash"]}):
+    status = check.run_check("fake_crash", quick=True, lengths=(32, 64), out=str(tmp_path))
+  out = capsys.readouterr().out
+  assert status == 1
+  assert "| float32 | FAIL | raised | TypeError: boom" in out
+  assert "not measured: TypeError: boom" in out and "not drawn: TypeError: boom" in out
+  assert os.path.exists(tmp_path / "check_fake_crash.md")
+
+
 def test_learnability_generates_missing_data_and_trains_both_cells(tmp_path, capsys):
   """Not quick: the smoke ListOps data is generated in an empty data_dir; 2 steps per cell."""
   with temporary({"fake_ok": CORES["fake_ok"]}):
