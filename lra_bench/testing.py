@@ -1,0 +1,542 @@
+"""The conformance kit: what every attention core must do, as a library a user's own pytest imports.
+
+One code path checks every core: the registry-wide tests (``tests/test_attention_registry.py``) run
+these checks for each built-in core, ``lra-bench check NAME`` prints them as a table, and a plugin's
+author runs them on theirs::
+
+    from lra_bench import testing
+
+    def test_my_core_conforms():
+      testing.assert_conformant("my_attention", quick=True)
+
+    @pytest.mark.parametrize("check", testing.CHECKS)   # or one test per property
+    def test_my_core(check):
+      result = testing.run_check("my_attention", check)
+      if result.passed is None:
+        pytest.skip(result.detail)
+      assert result.passed, f"{result.measured}; {result.detail}"
+
+Every check measures one number and compares it with a tolerance, so a failure says by how much.
+``passed`` is None where the property does not apply (no causal form; a property the config does not
+declare). The checks (``CHECKS``):
+
+- ``config``: the config is a frozen ``AttentionConfig`` dataclass, ``causal`` defaults to False and
+  ``support(L)`` is None or bool [L, L];
+- ``float32`` / ``bfloat16``: shape [B, L, H, V] (V != D), the input dtype, finite outputs (padded query
+  rows included) and, for bf16 with large logits, finite bf16 gradients;
+- ``jit``: the output under ``jax.jit`` equals the op-by-op (eager) output, dropout on, same RNG keys;
+- ``gradients``: d(sum of real outputs)/d(q, k, v) is finite and non-zero for v;
+- ``padding_appended`` / ``padding_inserted``: whatever padded positions hold (a padded tail; a padded
+  run inside the sequence), the outputs at real positions do not change;
+- ``padding_zero_weight``: the effective matrix P (``value = eye(L)``) gives exactly zero weight to
+  padded keys, for both padding layouts;
+- ``nonnegative`` / ``rows_sum_to_one`` / ``support``: P on real rows against what the config class
+  declares (``AttentionConfig.nonnegative``, ``rows_sum_to_one``, ``support(length)``);
+- ``causal``: with ``causal=True`` no weight lies above the diagonal, the declared row properties
+  hold, and changing the second half of a long sequence leaves the outputs of the first half alone;
+- ``determinism``: another dropout key gives another output (the mask comes from the ``"dropout"``
+  stream), and with ``deterministic=True`` the dropout key changes nothing;
+- ``dropout_unbiased``: averaged over many dropout keys the output is the deterministic one (inverted
+  dropout), and one sample is not (dropout does something).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+import attention_zoo
+
+CHECKS = ("config", "float32", "bfloat16", "jit", "gradients", "padding_appended", "padding_inserted",
+          "padding_zero_weight", "nonnegative", "rows_sum_to_one", "support", "causal", "determinism",
+          "dropout_unbiased")
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+  """The outcome of one check: ``passed`` is None when the property does not apply to this core."""
+
+  name: str
+  passed: bool | None
+  measured: str
+  detail: str = ""
+
+  @property
+  def status(self) -> str:
+    return {True: "pass", False: "FAIL", None: "n.a."}[self.passed]
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """Shapes and sample sizes of the checks (``run_check(..., **opts)`` overrides any field).
+
+  ``length`` is deliberately not a multiple of any block size or a square; ``causal_length`` spans
+  several blocks / chunks / windows of most cores' defaults, where a data-dependent grouping could
+  carry the future into the past.
+  """
+
+  length: int = 37
+  pad: int = 9
+  causal_length: int = 203
+  dropout_samples: int = 1024
+
+
+QUICK = Options(causal_length=96, dropout_samples=256)
+
+# Tolerances (float32). P's zeros are exact in every built-in core (masked, then multiplied by 0).
+ZERO_WEIGHT = 1e-6      # |P| on padded keys of real queries
+SUPPORT = 1e-7          # |P| outside the declared support / above the diagonal under causal
+NONNEGATIVE = -1e-6     # min P on real rows
+ROW_SUM = 1e-4          # |row sum - 1|
+SAME = 2e-5             # |delta| of outputs that must not change (atol; rtol the same)
+# Dropout: one sample is ~0.65 away (relative L2) from the deterministic output, the mean of n samples
+# ~0.65 / sqrt(n) (0.02 at 1024); a missing 1/(1 - p) gives 0.3. The tolerance scales with 1/sqrt(n).
+DROPOUT_MEAN = 0.06     # at 1024 samples
+
+# The RNG streams every check uses: params, dropout, attention (random features, hashing, ...).
+_SEEDS = {"params": 0, "dropout": 1, "attention": 2}
+
+
+def _rngs(*streams: str) -> dict[str, Any]:
+  import jax
+
+  return {s: jax.random.key(_SEEDS[s]) for s in streams}
+
+
+def random_qkv(seed: int, batch: int, length: int, heads: int, head_dim: int, value_dim: int,
+               dtype=None, scale: float = 1.0):
+  """N(0, scale^2) queries and keys [B, L, H, D] and N(0, 1) values [B, L, H, V], seeded."""
+  import jax
+  import jax.numpy as jnp
+
+  dtype = dtype or jnp.float32
+  kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
+  q = scale * jax.random.normal(kq, (batch, length, heads, head_dim), dtype)
+  k = scale * jax.random.normal(kk, (batch, length, heads, head_dim), dtype)
+  v = jax.random.normal(kv, (batch, length, heads, value_dim), dtype)
+  return q, k, v
+
+
+def padding_masks(length: int, pad: int) -> np.ndarray:
+  """bool [3, L]: example 0 padded at the end, example 1 padded inside (a run of ``pad`` positions in
+  the middle), example 2 unpadded."""
+  mask = np.ones((3, length), bool)
+  mask[0, length - pad:] = False
+  start = (length - pad) // 2
+  mask[1, start:start + pad] = False
+  return mask
+
+
+def _create(name: str, **overrides):
+  return attention_zoo.create_attention(name, **overrides)
+
+
+def _compiled(core, q, k, v, mask=None, deterministic=True):
+  """(variables, apply): ``core`` initialised on these inputs and ``apply(q, k, v, mask)`` under
+  ``jax.jit`` (one compile per input shape instead of op-by-op dispatch)."""
+  import jax
+
+  variables = jax.jit(lambda q, k, v, m: core.init(_rngs("params", "dropout", "attention"), q, k, v,
+                                                   mask=m))(q, k, v, mask)
+  rngs = _rngs("dropout", "attention")
+  return variables, jax.jit(lambda q, k, v, m=None: core.apply(variables, q, k, v, mask=m,
+                                                               deterministic=deterministic, rngs=rngs))
+
+
+def _effective(core, q, k, mask=None) -> np.ndarray:
+  """The effective matrix P [B, L, L] of ``core`` (value = identity; one head), compiled once."""
+  import jax.numpy as jnp
+
+  batch, length = q.shape[:2]
+  eye = jnp.broadcast_to(jnp.eye(length, dtype=q.dtype)[None, :, None, :], (batch, length, 1, length))
+  _, apply = _compiled(core, q, k, eye, mask)
+  return np.asarray(apply(q, k, eye, mask)[:, :, 0, :])
+
+
+# Several checks read the same probe; it is computed once per (core class, config, shapes).
+_MEMO: dict[tuple, Any] = {}
+
+
+def _memo(key: tuple, compute: Callable[[], Any]) -> Any:
+  if key not in _MEMO:
+    if len(_MEMO) > 16:
+      _MEMO.clear()
+    _MEMO[key] = compute()
+  return _MEMO[key]
+
+
+def _core_key(name: str) -> tuple:
+  """What identifies a core for the memo: its class and its config's value (repr: a config field
+  need not be hashable)."""
+  return (type(_create(name)), repr(attention_zoo.attention_config(name)))
+
+
+def _padded_probe(name: str, o: Options) -> tuple[np.ndarray, np.ndarray]:
+  """(P [3, L, L], mask [3, L]) for the three padding layouts of ``padding_masks``."""
+  def compute():
+    q, k, _ = random_qkv(5, 3, o.length, 1, 8, 1)
+    mask = padding_masks(o.length, o.pad)
+    return _effective(_create(name), q, k, mask), mask
+  return _memo(("padded_probe", *_core_key(name), o.length, o.pad), compute)
+
+
+def _fmt(x: float) -> str:
+  return f"{x:.2g}" if x != 0 else "0"
+
+
+def _max_abs(x) -> float:
+  x = np.asarray(x, np.float64)
+  return float(np.max(np.abs(x))) if x.size else 0.0
+
+
+def _close(a, b, tol: float = SAME) -> tuple[bool, float]:
+  """(|a - b| <= tol + tol |b| everywhere, max |a - b|)."""
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return bool(np.all(np.abs(a - b) <= tol + tol * np.abs(b))), _max_abs(a - b)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The checks: each returns (passed, measured, detail).
+
+
+def _check_config(name: str, o: Options):
+  config = attention_zoo.attention_config(name)
+  problems = []
+  if not (dataclasses.is_dataclass(config) and isinstance(config, attention_zoo.AttentionConfig)):
+    problems.append("config is not an AttentionConfig dataclass")
+  if getattr(config, "causal", None) is not False:
+    problems.append(f"causal defaults to {getattr(config, 'causal', None)!r}, not False")
+  try:
+    setattr(config, "causal", True)  # a fresh instance: harmless if it is (wrongly) mutable
+    problems.append("config is not frozen")
+  except dataclasses.FrozenInstanceError:
+    pass
+  support = config.support(o.length)
+  if support is not None and (np.shape(support) != (o.length, o.length) or np.asarray(support).dtype != bool):
+    problems.append(f"support({o.length}) is {np.asarray(support).dtype} {np.shape(support)}, "
+                    f"not bool ({o.length}, {o.length})")
+  measured = "frozen, causal=False" if not problems else "; ".join(problems)
+  return not problems, measured, f"{type(config).__name__}"
+
+
+def _check_dtype(name: str, o: Options, dtype_name: str):
+  import jax
+  import jax.numpy as jnp
+
+  dtype = jnp.dtype(dtype_name)
+  core = _create(name)
+  batch = 3
+  mask = jnp.asarray(padding_masks(o.length, o.pad))
+  if dtype == jnp.float32:
+    q, k, v = random_qkv(1, batch, o.length, 3, 8, 5)  # value_dim (5) != head_dim (8)
+  else:  # large logits too: mixed precision must not overflow
+    q, k, v = random_qkv(8, batch, o.length, 2, 8, 5, dtype=dtype, scale=3.0)
+  variables = jax.jit(lambda q, k, v, m: core.init(_rngs("params", "attention"), q, k, v, mask=m))(q, k, v, mask)
+
+  def loss(q, k, v):
+    out = core.apply(variables, q, k, v, mask=mask, rngs=_rngs("attention"))
+    return jnp.sum(out.astype(jnp.float32) * mask[:, :, None, None]), out
+
+  (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+  want = (batch, o.length, q.shape[2], v.shape[3])
+  bad_out = int(np.sum(~np.isfinite(np.asarray(out, np.float32))))
+  bad_grad = sum(int(np.sum(~np.isfinite(np.asarray(g, np.float32)))) for g in grads)
+  grad_dtypes = {str(g.dtype) for g in grads}
+  problems = []
+  if out.shape != want:
+    problems.append(f"shape {tuple(out.shape)}, expected {want}")
+  if out.dtype != dtype:
+    problems.append(f"output dtype {out.dtype}, expected {dtype}")
+  if grad_dtypes != {str(dtype)}:
+    problems.append(f"gradient dtypes {sorted(grad_dtypes)}, expected {dtype}")
+  if bad_out:
+    problems.append(f"{bad_out} non-finite outputs (padded query rows included)")
+  if bad_grad:
+    problems.append(f"{bad_grad} non-finite gradients")
+  measured = f"{tuple(out.shape)} {out.dtype}, {bad_out + bad_grad} non-finite"
+  return not problems, measured, "; ".join(problems)
+
+
+def _padded_setup(name: str, o: Options):
+  """(core, variables, jitted apply, (q, k, v), mask [3, L]) on the three padding layouts: shared by
+  the jit, gradient and padding checks (one init and one compile of the forward for all of them)."""
+  def compute():
+    import jax.numpy as jnp
+
+    core = _create(name)
+    qkv = random_qkv(3, 3, o.length, 2, 8, 8)
+    mask = padding_masks(o.length, o.pad)
+    variables, apply = _compiled(core, *qkv, jnp.asarray(mask))
+    return core, variables, apply, qkv, mask
+  return _memo(("padded_setup", *_core_key(name), o.length, o.pad), compute)
+
+
+def _dropout_runs(name: str, o: Options) -> dict[str, np.ndarray]:
+  """Outputs of the core with ``dropout_rate=0.5`` on the padded inputs, shared by the jit and
+  determinism checks: eager and jit with dropout keys A, jit with key B, and deterministic (jit) with
+  keys A and B."""
+  def compute():
+    import jax
+
+    core = _create(name, dropout_rate=0.5)
+    _, _, _, (q, k, v), mask = _padded_setup(name, o)
+    mask = jax.numpy.asarray(mask)
+    variables, _ = _compiled(core, q, k, v, mask)
+    keys = {"A": {"dropout": jax.random.key(11), "attention": jax.random.key(12)}}
+    keys["B"] = dict(keys["A"], dropout=jax.random.key(13))
+    run = lambda deterministic: jax.jit(lambda rngs: core.apply(variables, q, k, v, mask=mask, rngs=rngs,
+                                                                deterministic=deterministic))
+    sample, fixed = run(False), run(True)
+    eager = core.apply(variables, q, k, v, mask=mask, deterministic=False, rngs=keys["A"])  # another trace
+    outs = {"eager_A": eager, "jit_A": sample(keys["A"]), "jit_B": sample(keys["B"]),
+            "det_A": fixed(keys["A"]), "det_B": fixed(keys["B"])}
+    return {key: np.asarray(value) for key, value in outs.items()}
+  return _memo(("dropout_runs", *_core_key(name), o.length, o.pad), compute)
+
+
+def _check_jit(name: str, o: Options):
+  runs = _dropout_runs(name, o)
+  ok, delta = _close(runs["jit_A"], runs["eager_A"])
+  return ok, f"max |jit - eager| {_fmt(delta)} (dropout on, same keys)", \
+      "" if ok else f"jit and op-by-op outputs differ (tolerance {SAME:g})"
+
+
+def _check_gradients(name: str, o: Options):
+  import jax
+  import jax.numpy as jnp
+
+  core, variables, _, (q, k, v), mask = _padded_setup(name, o)
+  mask = jnp.asarray(mask)
+  weights = mask[:, :, None, None]
+
+  def loss(q, k, v):
+    out = core.apply(variables, q, k, v, mask=mask, rngs=_rngs("attention"))
+    return jnp.sum(out * weights)
+
+  grads = [np.asarray(g) for g in jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)]
+  bad = sum(int(np.sum(~np.isfinite(g))) for g in grads)
+  dv = _max_abs(grads[2])
+  problems = ([f"{bad} non-finite"] if bad else []) + (["d/dvalue is zero"] if dv == 0 else [])
+  return not problems, f"{bad} non-finite, max |d/dv| {_fmt(dv)}", "; ".join(problems)
+
+
+def _padding_outputs(name: str, o: Options):
+  """(outputs, outputs with other padded contents, mask [3, L]) for the three padding layouts."""
+  def compute():
+    import jax.numpy as jnp
+
+    _, _, apply, (q, k, v), mask = _padded_setup(name, o)
+    pad = ~mask[:, :, None, None]
+    other = random_qkv(4, 3, o.length, 2, 8, 8)
+    q2, k2, v2 = (jnp.where(pad, 7.0 * x2 + 3.0, x) for x, x2 in zip((q, k, v), other))
+    return np.asarray(apply(q, k, v, mask)), np.asarray(apply(q2, k2, v2, mask)), mask
+  return _memo(("padding_outputs", *_core_key(name), o.length, o.pad), compute)
+
+
+def _check_padding(name: str, o: Options, example: int, where: str):
+  out, out2, mask = _padding_outputs(name, o)
+  real = mask[example]
+  ok, delta = _close(out[example][real], out2[example][real])
+  finite = bool(np.all(np.isfinite(out2[example])))
+  detail = "" if ok else f"real outputs move when the {where} padded positions change (tolerance {SAME:g})"
+  if not finite:
+    detail = (detail + "; " if detail else "") + "non-finite outputs"
+  return ok and finite, f"max |Δ| real outputs {_fmt(delta)}", detail
+
+
+def _check_zero_weight(name: str, o: Options):
+  p, mask = _padded_probe(name, o)
+  worst = 0.0
+  for b in range(mask.shape[0]):
+    worst = max(worst, _max_abs(p[b][mask[b]][:, ~mask[b]]))
+  ok = worst <= ZERO_WEIGHT
+  return ok, f"max |P| on padded keys {_fmt(worst)}", "" if ok else \
+      f"real queries put weight on padded keys (tolerance {ZERO_WEIGHT:g})"
+
+
+def _declared(name: str, prop: str) -> bool:
+  return bool(getattr(attention_zoo.attention_config(name), prop))
+
+
+def _min_weight(p: np.ndarray, rows: np.ndarray) -> float:
+  return float(np.min(p[rows]))
+
+
+def _row_error(p: np.ndarray, rows: np.ndarray) -> float:
+  return _max_abs(p.sum(-1)[rows] - 1.0)
+
+
+def _check_nonnegative(name: str, o: Options):
+  p, mask = _padded_probe(name, o)
+  low = _min_weight(p, mask)
+  measured = f"min P {_fmt(low)}"
+  if not _declared(name, "nonnegative"):
+    return None, measured, "not declared (nonnegative = False)"
+  ok = low >= NONNEGATIVE
+  return ok, measured, "" if ok else f"declares nonnegative weights (tolerance {NONNEGATIVE:g})"
+
+
+def _check_rows(name: str, o: Options):
+  p, mask = _padded_probe(name, o)
+  err = _row_error(p, mask)
+  measured = f"max |row sum - 1| {_fmt(err)}"
+  if not _declared(name, "rows_sum_to_one"):
+    return None, measured, "not declared (rows_sum_to_one = False)"
+  ok = err <= ROW_SUM
+  return ok, measured, "" if ok else f"declares rows that sum to 1 (tolerance {ROW_SUM:g})"
+
+
+def _check_support(name: str, o: Options):
+  support = attention_zoo.attention_config(name).support(o.length)
+  if support is None:
+    return None, "-", "declares no fixed support"
+  q, k, _ = random_qkv(5, 1, o.length, 1, 8, 1)
+  p = _effective(_create(name), q, k)[0]
+  outside = _max_abs(p[~np.asarray(support, bool)])
+  ok = outside <= SUPPORT
+  return ok, f"max |P| outside support {_fmt(outside)}", "" if ok else \
+      f"weight outside the declared support (tolerance {SUPPORT:g})"
+
+
+def _check_causal(name: str, o: Options):
+  import jax
+
+  core = _create(name, causal=True)
+  q, k, v = random_qkv(0, 1, 16, 1, 4, 4)
+  try:  # traced, not compiled: a core without a causal form says so at trace time
+    jax.eval_shape(lambda q, k, v: core.init(_rngs("params", "dropout", "attention"), q, k, v), q, k, v)
+  except NotImplementedError as err:
+    return None, "-", f"no causal form: {err}"
+  q, k, v = random_qkv(7, 1, o.length, 1, 8, 8)
+  p = _effective(core, q, k)[0]
+  ahead = _max_abs(np.triu(p, 1))
+  rows = np.ones(o.length, bool)
+  problems = []
+  if ahead > SUPPORT:
+    problems.append(f"weight above the diagonal (tolerance {SUPPORT:g})")
+  if _declared(name, "nonnegative") and _min_weight(p, rows) < NONNEGATIVE:
+    problems.append(f"negative weight {_fmt(_min_weight(p, rows))} though declared nonnegative")
+  if _declared(name, "rows_sum_to_one") and _row_error(p, rows) > ROW_SUM:
+    problems.append(f"|row sum - 1| {_fmt(_row_error(p, rows))} though declared to sum to 1")
+  q, k, v = random_qkv(9, 1, o.causal_length, 1, 8, 8)
+  cut = o.causal_length // 2
+  _, apply = _compiled(core, q, k, v)
+  q2, k2, v2 = (x.at[:, cut:].add(5.0) for x in (q, k, v))
+  ok, delta = _close(np.asarray(apply(q, k, v))[:, :cut], np.asarray(apply(q2, k2, v2))[:, :cut], tol=1e-5)
+  if not ok:
+    problems.append(f"the first {cut} outputs move when positions {cut}.. change (L={o.causal_length})")
+  return not problems, f"max P above diagonal {_fmt(ahead)}, max |Δ past| {_fmt(delta)}", "; ".join(problems)
+
+
+def _check_determinism(name: str, o: Options):
+  """Dropout masks come from the "dropout" stream: another key gives another output, while
+  ``deterministic=True`` ignores the key. (Same keys, two traces: the ``jit`` check.)"""
+  runs = _dropout_runs(name, o)
+  a, b = runs["jit_A"], runs["jit_B"]
+  other = float(np.linalg.norm(b - a)) / (float(np.linalg.norm(a)) or 1.0)
+  same_det = _max_abs(runs["det_A"] - runs["det_B"])
+  problems = []
+  if not np.all(np.isfinite(a)):
+    problems.append("non-finite outputs under dropout")
+  if other < 1e-3:
+    problems.append("another dropout key gives the same output (a fixed key instead of the 'dropout' stream?)")
+  if same_det != 0:
+    problems.append(f"deterministic=True output depends on the dropout key (max |Δ| {_fmt(same_det)})")
+  measured = f"other dropout key rel. Δ {other:.2f}; deterministic max |Δ| {_fmt(same_det)}"
+  return not problems, measured, "; ".join(problems)
+
+
+def _check_dropout_unbiased(name: str, o: Options):
+  import jax
+  import jax.numpy as jnp
+
+  core = _create(name, dropout_rate=0.3)
+  q, k, v = random_qkv(7, 1, o.length, 2, 8, 8)
+  variables, deterministic = _compiled(core, q, k, v)
+  det = deterministic(q, k, v)
+  sample = lambda key: core.apply(variables, q, k, v, deterministic=False,
+                                  rngs={"dropout": key, "attention": jax.random.key(2)})
+  n = o.dropout_samples
+  samples = jax.jit(jax.vmap(sample))(jax.random.split(jax.random.key(3), n))
+  scale = float(jnp.linalg.norm(det)) or 1.0
+  bias = float(jnp.linalg.norm(samples.mean(0) - det)) / scale
+  one = float(jnp.linalg.norm(samples[0] - det)) / scale
+  tol = DROPOUT_MEAN * math.sqrt(1024 / n)
+  problems = []
+  if not bias <= tol:
+    problems.append(f"the mean over {n} dropout keys is {bias:.3f} away from the deterministic output "
+                    f"(tolerance {tol:.3f}; a missing 1/(1-p) gives ~0.3)")
+  if one < 1e-3:
+    problems.append("dropout_rate=0.3 does not change the output")
+  return not problems, f"rel. L2 |mean - det| {bias:.3f} over {n} keys (one sample {one:.2f})", "; ".join(problems)
+
+
+_CHECK_FNS: dict[str, Callable[[str, Options], tuple[bool | None, str, str]]] = {
+    "config": _check_config,
+    "float32": lambda name, o: _check_dtype(name, o, "float32"),
+    "bfloat16": lambda name, o: _check_dtype(name, o, "bfloat16"),
+    "jit": _check_jit,
+    "gradients": _check_gradients,
+    "padding_appended": lambda name, o: _check_padding(name, o, 0, "trailing"),
+    "padding_inserted": lambda name, o: _check_padding(name, o, 1, "inserted"),
+    "padding_zero_weight": _check_zero_weight,
+    "nonnegative": _check_nonnegative,
+    "rows_sum_to_one": _check_rows,
+    "support": _check_support,
+    "causal": _check_causal,
+    "determinism": _check_determinism,
+    "dropout_unbiased": _check_dropout_unbiased,
+}
+assert tuple(_CHECK_FNS) == CHECKS
+
+
+def _options(quick: bool, opts: dict[str, Any]) -> Options:
+  fields = {f.name for f in dataclasses.fields(Options)}
+  unknown = sorted(set(opts) - fields)
+  if unknown:
+    raise TypeError(f"unknown option(s) {', '.join(unknown)}; known: quick, {', '.join(sorted(fields))}")
+  return dataclasses.replace(QUICK if quick else Options(), **opts)
+
+
+def run_check(name: str, check: str, **opts: Any) -> Check:
+  """Runs one check on the core registered as ``name``; ``opts``: ``quick`` and ``Options`` fields.
+
+  A core that raises is a failed check whose detail is the error (never an exception here); an unknown
+  attention or check name raises ValueError.
+  """
+  if check not in _CHECK_FNS:
+    raise ValueError(f"unknown check {check!r}; known checks: {', '.join(CHECKS)}")
+  attention_zoo.attention_config(name)  # unknown name -> ValueError listing the known ones
+  o = _options(bool(opts.pop("quick", False)), opts)
+  try:
+    passed, measured, detail = _CHECK_FNS[check](name, o)
+  except Exception as err:  # noqa: BLE001 - a core that crashes fails the check; the error is the detail
+    message = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+    return Check(check, False, "raised", f"{type(err).__name__}: {message}")
+  return Check(check, passed, measured, detail)
+
+
+def run_conformance(name: str, *, quick: bool = False,
+                    progress: Callable[[Check], None] | None = None) -> list[Check]:
+  """Every check in ``CHECKS`` on ``name``; ``progress(check)`` is called after each one."""
+  results = []
+  for check in CHECKS:
+    results.append(run_check(name, check, quick=quick))
+    if progress is not None:
+      progress(results[-1])
+  return results
+
+
+def failures(results: list[Check]) -> list[Check]:
+  return [r for r in results if r.passed is False]
+
+
+def assert_conformant(name: str, *, quick: bool = False) -> None:
+  """Raises AssertionError listing every failed check of ``name`` with its measured number."""
+  failed = failures(run_conformance(name, quick=quick))
+  if failed:
+    lines = [f"  {r.name}: {r.measured}" + (f" ({r.detail})" if r.detail else "") for r in failed]
+    raise AssertionError(f"attention {name!r} fails {len(failed)} conformance check(s):\n" + "\n".join(lines))

@@ -1,0 +1,151 @@
+"""Tests of the conformance kit itself (``lra_bench.testing``): each deliberately broken core fails
+exactly the check for its bug, with the number measured; the correct one passes everything.
+
+The broken cores: one softmax core whose config field ``bug`` switches one defect on; with ``bug=""``
+it is correct, so a failing check is due to the bug alone. ``CORES`` maps a registry name to (module
+class, config class) for ``attention_zoo.registry.temporary`` (tests/test_check.py uses them too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attention_zoo.registry import AttentionConfig, temporary
+from lra_bench import testing
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeConfig(AttentionConfig):
+  """``bug``: "" (correct), "peek" (ignores causal), "leak" (ignores the padding mask), "scaled" (rows
+  sum to 2), "negative" (2 softmax - uniform: rows sum to 1, weights go negative), "biased_dropout" (no
+  1/(1-p)), "fixed_key" (dropout from a constant key, not the "dropout" stream), "crash" (raises),
+  "no_causal" (raises NotImplementedError under causal, as a core without a causal form)."""
+
+  bug: str = ""
+
+
+class FakeCore(nn.Module):
+  config: FakeConfig
+
+  @nn.compact
+  def __call__(self, query, key, value, mask=None, deterministic=True):
+    c, bug = self.config, self.config.bug
+    if bug == "crash":
+      raise TypeError("boom: this core is broken on purpose")
+    if bug == "no_causal" and c.causal:
+      raise NotImplementedError("fake core has no causal form")
+    batch, length, _, depth = query.shape
+    allowed = jnp.ones((batch, 1, 1, length), bool)
+    if mask is not None and bug != "leak":
+      allowed = mask[:, None, None, :]
+    if c.causal and bug != "peek":
+      allowed = allowed & jnp.tril(jnp.ones((length, length), bool))
+    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key) / np.sqrt(depth)
+    p = jnp.where(allowed, jax.nn.softmax(jnp.where(allowed, logits, -1e30), axis=-1), 0.0)
+    if bug == "scaled":
+      p = 2.0 * p
+    if bug == "negative":
+      p = 2.0 * p - allowed / jnp.sum(allowed, axis=-1, keepdims=True)
+    if not deterministic and c.dropout_rate > 0:
+      rng = jax.random.key(0) if bug == "fixed_key" else self.make_rng("dropout")
+      keep = jax.random.bernoulli(rng, 1.0 - c.dropout_rate, p.shape)
+      p = jnp.where(keep, p, 0.0) / (1.0 if bug == "biased_dropout" else 1.0 - c.dropout_rate)
+    return jnp.einsum("bhqk,bkhv->bqhv", p.astype(value.dtype), value)
+
+
+def _config(bug: str, **declared) -> type[FakeConfig]:
+  """A config class whose ``bug`` defaults to ``bug``, with class-level declarations ``declared``."""
+  fields = [("bug", str, dataclasses.field(default=bug))]
+  return dataclasses.make_dataclass(f"Fake_{bug or 'ok'}", fields, bases=(FakeConfig,), frozen=True,
+                                    namespace=dict(declared))
+
+
+def _banded(length: int) -> np.ndarray:
+  i = np.arange(length)
+  return np.abs(i[:, None] - i[None, :]) <= 2
+
+
+CORES = {
+    "fake_ok": (FakeCore, _config("")),
+    "fake_peek": (FakeCore, _config("peek")),
+    "fake_leak": (FakeCore, _config("leak")),
+    "fake_scaled": (FakeCore, _config("scaled")),
+    "fake_scaled_undeclared": (FakeCore, _config("scaled", rows_sum_to_one=False)),
+    "fake_negative": (FakeCore, _config("negative")),
+    "fake_biased_dropout": (FakeCore, _config("biased_dropout")),
+    "fake_fixed_key": (FakeCore, _config("fixed_key")),
+    "fake_crash": (FakeCore, _config("crash")),
+    "fake_no_causal": (FakeCore, _config("no_causal")),
+    # a full softmax that declares a band of width 2: weight outside its declared support
+    "fake_support": (FakeCore, _config("", support=lambda self, length: _banded(length))),
+}
+
+
+@pytest.fixture(scope="module")
+def fakes():
+  with temporary(CORES) as names:
+    yield names
+
+
+def test_a_correct_core_passes_every_check(fakes):
+  results = testing.run_conformance("fake_ok", quick=True)
+  assert [r.name for r in results] == list(testing.CHECKS)
+  assert {r.name: r.passed for r in results} == {c: None if c == "support" else True for c in testing.CHECKS}
+
+
+@pytest.mark.parametrize("name, check, words", [
+    ("fake_peek", "causal", "above the diagonal"),
+    ("fake_leak", "padding_appended", "trailing padded positions"),
+    ("fake_leak", "padding_inserted", "inserted padded positions"),
+    ("fake_leak", "padding_zero_weight", "padded keys"),
+    ("fake_scaled", "rows_sum_to_one", "declares rows that sum to 1"),
+    ("fake_negative", "nonnegative", "declares nonnegative"),
+    ("fake_support", "support", "outside the declared support"),
+    ("fake_biased_dropout", "dropout_unbiased", "away from the deterministic output"),
+    ("fake_fixed_key", "determinism", "another dropout key gives the same output"),
+    ("fake_crash", "float32", "TypeError: boom"),
+])
+def test_each_bug_fails_its_check_with_the_measured_number(fakes, name, check, words):
+  result = testing.run_check(name, check, quick=True)
+  assert result.passed is False, result
+  assert words in result.detail
+  assert result.measured  # the number (or "raised") that decided it
+
+
+@pytest.mark.parametrize("name, check", [("fake_peek", "padding_zero_weight"), ("fake_leak", "causal"),
+                                         ("fake_negative", "rows_sum_to_one"),
+                                         ("fake_biased_dropout", "determinism")])
+def test_a_bug_does_not_fail_unrelated_checks(fakes, name, check):
+  assert testing.run_check(name, check, quick=True).passed is True
+
+
+def test_undeclared_properties_and_missing_forms_are_not_applicable(fakes):
+  undeclared = testing.run_check("fake_scaled_undeclared", "rows_sum_to_one", quick=True)
+  assert undeclared.passed is None and "not declared" in undeclared.detail
+  assert "row sum" in undeclared.measured  # still measured: 1 off
+  no_causal = testing.run_check("fake_no_causal", "causal", quick=True)
+  assert no_causal.passed is None and "no causal form" in no_causal.detail
+
+
+def test_assert_conformant_lists_each_failure_with_its_number(fakes):
+  with pytest.raises(AssertionError) as info:
+    testing.assert_conformant("fake_leak", quick=True)
+  message = str(info.value)
+  assert "fake_leak" in message and "3 conformance check(s)" in message
+  for check in ("padding_appended", "padding_inserted", "padding_zero_weight"):
+    assert f"  {check}: max |" in message
+
+
+def test_bad_arguments_are_clear(fakes):
+  with pytest.raises(ValueError, match="known checks: config"):
+    testing.run_check("fake_ok", "no_such_check")
+  with pytest.raises(ValueError, match="known attentions"):
+    testing.run_check("no_such_attention", "config")
+  with pytest.raises(TypeError, match="unknown option.*lenght"):
+    testing.run_check("fake_ok", "config", lenght=5)
