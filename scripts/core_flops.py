@@ -13,24 +13,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 import attention_zoo
 
 
 def core_flops(name: str, length: int, heads: int = 4, head_dim: int = 64) -> float:
-  """XLA cost-analysis FLOPs of d(sum(core(q, k, v)^2))/d(q, k, v) at this length."""
-  core = attention_zoo.create_attention(name)
-  shape = jax.ShapeDtypeStruct((1, length, heads, head_dim), jnp.float32)
-  zeros = jnp.zeros(shape.shape, shape.dtype)
-  params = jax.eval_shape(lambda: core.init(jax.random.key(0), zeros, zeros, zeros))
-  loss = lambda p, q, k, v: jnp.sum(core.apply(p, q, k, v) ** 2)
-  compiled = jax.jit(jax.grad(loss, argnums=(1, 2, 3))).lower(params, shape, shape, shape).compile()
-  analysis = compiled.cost_analysis()
-  analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
-  return float(analysis["flops"])
+  """XLA cost-analysis FLOPs of the core's forward + backward at this length (the same compile as
+  ``lra-bench check``: one FLOP counter in the project)."""
+  from lra_bench.check import core_cost
+
+  return float(core_cost(name, length, heads, head_dim)["flops"])
 
 
 def main(argv: list[str] | None = None) -> int:
