@@ -173,11 +173,7 @@ def test_reading_data_without_tensorflow_names_the_extra(no_tf, tmp_path):
   assert "lra-bench[data]" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lra_bench.check") is None, reason="lra_bench/check.py not merged yet")
-@pytest.mark.xfail(strict=False, reason="NEEDS (lra_bench/check.py, owner plug): `check --quick` must run its "
-                   "core checks without TensorFlow (import tasks/tf.data only where it trains); remove this "
-                   "marker once it passes")
 @pytest.mark.timeout(600)
 def test_check_without_tensorflow(no_tf, tmp_path):
-  proc, attempts = no_tf(cli("check", "vanilla", "--quick", "--lengths", "32", "--out", str(tmp_path / "check")))
+  proc, attempts = no_tf(cli("check", "vanilla", "--quick", "--lengths", "32,64", "--out", str(tmp_path / "check")))
   _ok(proc, attempts)
