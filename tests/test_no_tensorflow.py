@@ -9,7 +9,6 @@ every case must stay empty. Reading data without TensorFlow fails with one line 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
