@@ -12,19 +12,28 @@ The table gives each core's median milliseconds and the ratio core / reference (
 - ``own`` (where a core has one, ``OWN_REFERENCES``): the core's own pattern written plainly in the
   style of its original code (``bigbird``: Flax/HF-style block-sparse BigBird with the same blocks;
   ``combiner_axial_rowmajor``: the released row-major code's structure, timed against the core with
-  ``row_summary="wsum"``, the released summary). Their outputs match the core's (checked in
-  ``tests/test_attention_kernels.py``).
+  ``row_summary="wsum"``, the released summary; ``performer``: FAVOR+ written from the method's
+  definition in the structure of the released code, with the core's own random features (the core
+  runs with ``redraw="fixed"``, so both use one matrix drawn once, not redrawn per call);
+  ``performer_relu``: the generalized ReLU kernel the same way). Their outputs match the core's
+  (checked in ``tests/test_attention_kernels.py`` and ``tests/test_compare_kernels.py``).
+
+Rows are registered cores, plus ``performer_relu`` (the ``performer`` core with ``kernel="relu"``,
+the kernel LRA ran). Cores with an own reference run with its overrides (``OWN_REFERENCES``) in every
+column of their row.
 
 For an efficient core the ratios say when it beats exact attention at that length on this backend;
 for ``vanilla`` / ``flash`` they say what our exact cores cost over JAX's own. Timings depend on the
 machine and its load: compare ratios from one run, never absolute numbers across machines.
 
-    python scripts/compare_kernels.py --lengths 1024,4096 --batch_sizes 1,8 --attentions vanilla,performer
+    python scripts/compare_kernels.py --lengths 1024,4096 --batch_sizes 1,8 --attentions vanilla,performer,performer_relu
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import math
 import statistics
 import sys
@@ -100,12 +109,47 @@ def rowmajor_reference(q, k, v):
   return jnp.transpose(out, (0, 2, 3, 1, 4)).reshape(batch, length, heads, -1)
 
 
+def _linear_attention(q_features, k_features, v):
+  """Bidirectional kernelized attention as the released FAVOR+ code computes it: the key-value
+  product and the key sum with einsum, the numerator divided by the renormaliser."""
+  kv = jnp.einsum("blhm,blhv->bhmv", k_features, v)
+  numerator = jnp.einsum("blhm,bhmv->blhv", q_features, kv)
+  denominator = jnp.einsum("blhm,bhm->blh", q_features, jnp.sum(k_features, axis=1))
+  return numerator / denominator[..., None]
+
+
+def favor_reference(q, k, v, *, projection, eps: float = 1e-6):
+  """FAVOR+ (positive softmax random features) from the method's definition, with a FIXED projection W
+  [M, D] given from outside: ``φ(x) = M^{-1/2}(exp(w·x̃ − |x̃|²/2 − c) + ε)``, ``x̃ = x·D^{-1/4}``, the
+  stabiliser c the max of ``w·x̃`` over features for each query and over everything for the keys. No
+  padding support (the released code ignored the mask)."""
+  def features(x, is_query):
+    x = x * x.shape[-1] ** -0.25
+    wx = jnp.einsum("blhd,md->blhm", x, projection)
+    half_norm = 0.5 * jnp.sum(x * x, axis=-1, keepdims=True)
+    peak = jnp.max(wx, axis=-1, keepdims=True) if is_query else jnp.max(wx)
+    return (jnp.exp(wx - half_norm - jax.lax.stop_gradient(peak)) + eps) / math.sqrt(projection.shape[0])
+
+  return _linear_attention(features(q, True), features(k, False), v)
+
+
+def relu_kernel_reference(q, k, v, *, eps: float = 1e-3):
+  """The generalized kernel attention of the released code with ``kernel_fn = relu``, deterministic
+  features (no projection, no data scaling): ``φ(x) = relu(x) + ε``."""
+  return _linear_attention(jax.nn.relu(q) + eps, jax.nn.relu(k) + eps, v)
+
+
 REFERENCES: dict[str, Callable] = {"dpa": dpa_attention, "naive": naive_attention}
 # Method-specific references ("own" column): the same pattern written plainly, (reference, core overrides).
+# A reference with a ``projection`` argument gets the core's sown random features.
 OWN_REFERENCES: dict[str, tuple[Callable, dict]] = {
     "bigbird": (bigbird_blocks_reference, {}),
     "combiner_axial_rowmajor": (rowmajor_reference, {"row_summary": "wsum"}),
+    "performer": (favor_reference, {"redraw": "fixed"}),
+    "performer_relu": (relu_kernel_reference, {"kernel": "relu"}),
 }
+# Timed rows that are a registered core under another configuration: row label -> core name.
+VARIANTS: dict[str, str] = {"performer_relu": "performer"}
 
 
 def grad_fn(attention: Callable) -> Callable:
@@ -113,11 +157,15 @@ def grad_fn(attention: Callable) -> Callable:
   return jax.jit(jax.grad(lambda q, k, v: jnp.sum(attention(q, k, v) ** 2), argnums=(0, 1, 2)))
 
 
-def core_fn(name: str, q, **overrides) -> Callable:
-  """The registered core as a function of (q, k, v), its parameters initialised once (fixed draws)."""
+def core_fn(name: str, q, **overrides) -> tuple[Callable, dict]:
+  """The registered core as a function of (q, k, v), its parameters initialised once (fixed draws),
+  and what it sows (e.g. performer's ``projection``)."""
   core = attention_zoo.create_attention(name, **overrides)
+  rngs = {"attention": jax.random.key(2)}
   variables = core.init({"params": jax.random.key(0), "attention": jax.random.key(1)}, q, q, q)
-  return lambda q, k, v: core.apply(variables, q, k, v, rngs={"attention": jax.random.key(2)})
+  _, state = core.apply(variables, q, q, q, rngs=rngs, mutable=["intermediates"])
+  sown = {key: value[0] for key, value in state.get("intermediates", {}).items()}
+  return (lambda q, k, v: core.apply(variables, q, k, v, rngs=rngs)), sown
 
 
 def time_once(fn: Callable, args) -> float:
@@ -141,7 +189,10 @@ def compare(name: str, batch: int, length: int, heads: int, head_dim: int, repea
   keys = jax.random.split(jax.random.key(batch * 100003 + length), 3)
   args = tuple(jax.random.normal(k, (batch, length, heads, head_dim), jnp.float32) for k in keys)
   own, overrides = OWN_REFERENCES.get(name, (None, {}))
-  fns = {name: grad_fn(core_fn(name, args[0], **overrides))} | {r: grad_fn(REFERENCES[r]) for r in references}
+  core, sown = core_fn(VARIANTS.get(name, name), args[0], **overrides)
+  fns = {name: grad_fn(core)} | {r: grad_fn(REFERENCES[r]) for r in references}
+  if own is not None and "projection" in inspect.signature(own).parameters:
+    own = functools.partial(own, projection=sown["projection"])
   if own is not None and _traces(own, args):
     fns["own"] = grad_fn(own)
   for fn in fns.values():  # compile + one warm-up call, excluded
@@ -163,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--heads", type=int, default=4)
   parser.add_argument("--head_dim", type=int, default=64)
   args = parser.parse_args(argv)
-  names = (attention_zoo.list_attentions() if args.attentions == "all"
+  names = (attention_zoo.list_attentions() + list(VARIANTS) if args.attentions == "all"
            else [n.strip() for n in args.attentions.split(",")])
   for name in names:
-    attention_zoo.attention_config(name)  # unknown name -> ValueError listing the known ones
+    attention_zoo.attention_config(VARIANTS.get(name, name))  # unknown -> ValueError listing the known
   references = [r.strip() for r in args.references.split(",") if r.strip()]
   unknown = sorted(set(references) - set(REFERENCES))
   if unknown or args.repeats < 1:
@@ -174,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
   print(f"backend {jax.default_backend()}, {jax.devices()[0].device_kind}; fwd+bwd, H={args.heads}, "
         f"D={args.head_dim}, float32, median of {args.repeats} interleaved runs")
   columns = references + ["own"]
+  owns = [f"{n}: {OWN_REFERENCES[n][0].__name__}" for n in names if n in OWN_REFERENCES]
+  if owns:
+    print("own references: " + ", ".join(owns))
   header = "| attention | B | L | ms | " + " | ".join(f"{r} ms | ratio vs {r}" for r in columns) + " |"
   print(header)
   print("|---|---:|---:|---:|" + "---:|---:|" * len(columns))
