@@ -22,7 +22,8 @@ decay (r_j = log(1 − g_j) − Σ_{t≤j} log g_t).
   [B, N, H, M] are combined by an exclusive associative scan that rescales the running state whenever
   the running max s grows (a linear recurrence x_n = a_n x_{n−1} + u_n with a_n = exp(s_{n−1} − s_n)
   ≤ 1). Memory is linear in L (L/C states), never L×L.
-- Padded keys get zero features (and never enter s), so they get exactly zero weight.
+- Padded keys get zero features (and never enter s), so they get exactly zero weight. ``mask=None``
+  (every key real) skips the masking work.
 - Dropout (``keep`` [B, L, H], e.g. ``Bernoulli(1−p)/(1−p)``) scales keys in the numerator only: in
   the effective matrix this is attention dropout with one mask per key shared by all queries,
   ``P_drop[i, j] = P[i, j]·keep_j``, unbiased.
@@ -65,30 +66,44 @@ def _divide(numerator: jax.Array, denominator: jax.Array, eps: float, clamp: flo
 
 
 def feature_attention(q_features: jax.Array, k_features: jax.Array, value: jax.Array,
-                      mask: jax.Array, *, causal: bool = False, chunk: int = 64,
+                      mask: jax.Array | None, *, causal: bool = False, chunk: int = 64,
                       keep: jax.Array | None = None, k_log_scale: jax.Array | None = None,
-                      eps: float = 0.0, clamp: float | None = None) -> jax.Array:
+                      eps: float = 0.0, clamp: float | None = None, heads_first: bool = False) -> jax.Array:
   """Feature-map attention (module docstring).
 
-  q_features, k_features: [B, L, H, M]; value: [B, L, H, V]; mask: bool [B, L] (True = real key);
-  keep: [B, L, H] numerator-only key scaling (dropout); k_log_scale: r [B, L, H] (may carry
-  gradients; the stabilizer s does not). Returns [B, L, H, V] in the features' dtype (or wider).
+  q_features, k_features: [B, L, H, M]; value: [B, L, H, V]; mask: bool [B, L] (True = real key) or
+  None (every key is real: no masking work at all); keep: [B, L, H] numerator-only key scaling
+  (dropout); k_log_scale: r [B, L, H] (may carry gradients; the stabilizer s does not). Returns
+  [B, L, H, V] in the features' dtype (or wider). ``heads_first`` (bidirectional only): every [B, L, H,
+  ...] array above is [B, H, L, ...] instead, the layout in which the products over L need no
+  transposes of the M-wide features (see ``attention_zoo/performer.py``).
   """
   dtype = jnp.result_type(q_features, k_features)
-  real = mask[:, :, None]                                                    # [B, L, 1]
-  k_features = k_features.astype(dtype) * real[..., None]
-  value = value.astype(dtype)
-  log_scale = jnp.zeros(k_features.shape[:3], dtype) if k_log_scale is None else k_log_scale.astype(dtype)
-  log_scale = jnp.where(real, log_scale, common.NEG_INF)
-  if keep is None:
-    keep = jnp.ones(k_features.shape[:3], dtype)
+  q_features, k_features, value = (x.astype(dtype) for x in (q_features, k_features, value))
   if causal:
-    return _causal(q_features.astype(dtype), k_features, value, keep, log_scale, chunk, eps, clamp)
-  peak = jax.lax.stop_gradient(jnp.max(log_scale, axis=1, keepdims=True))   # [B, 1, H]
-  k_features = k_features * jnp.exp(log_scale - peak)[..., None]
-  kv = jnp.einsum("blhm,blh,blhv->bhmv", k_features, keep, value)           # [B, H, M, V]
-  numerator = jnp.einsum("blhm,bhmv->blhv", q_features, kv)
-  denominator = jnp.einsum("blhm,bhm->blh", q_features, jnp.sum(k_features, axis=1))
+    if heads_first:
+      raise ValueError("feature_attention: heads_first is for bidirectional attention only")
+    mask = common.default_mask(mask, *k_features.shape[:2])
+    real = mask[:, :, None]                                                  # [B, L, 1]
+    log_scale = jnp.zeros(k_features.shape[:3], dtype) if k_log_scale is None else k_log_scale.astype(dtype)
+    keep = jnp.ones(k_features.shape[:3], dtype) if keep is None else keep
+    return _causal(q_features, k_features * real[..., None], value, keep,
+                   jnp.where(real, log_scale, common.NEG_INF), chunk, eps, clamp)
+  seq, length_axis = ("bhl", 2) if heads_first else ("blh", 1)
+  real = None if mask is None else (mask[:, None, :] if heads_first else mask[:, :, None])  # like r
+  if real is not None:
+    k_features = k_features * real[..., None]
+  if k_log_scale is not None:
+    log_scale = k_log_scale.astype(dtype)
+    if real is not None:
+      log_scale = jnp.where(real, log_scale, common.NEG_INF)
+    peak = jax.lax.stop_gradient(jnp.max(log_scale, axis=length_axis, keepdims=True))
+    k_features = k_features * jnp.exp(log_scale - peak)[..., None]
+  if keep is not None:
+    value = value * keep[..., None].astype(dtype)
+  kv = jnp.einsum(f"{seq}m,{seq}v->bhmv", k_features, value)               # [B, H, M, V]
+  numerator = jnp.einsum(f"{seq}m,bhmv->{seq}v", q_features, kv)
+  denominator = jnp.einsum(f"{seq}m,bhm->{seq}", q_features, jnp.sum(k_features, axis=length_axis))
   return _divide(numerator, denominator, eps, clamp)
 
 
