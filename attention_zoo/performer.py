@@ -39,7 +39,15 @@ Differences from the reference code (google-research ``fast_attention.py`` / the
   RNG stream on every call; when that stream is absent (e.g. evaluation without it) it falls back to the
   fixed matrix. ``"fixed"`` draws ``W`` once from ``key(seed)`` folded with a hash of the module path:
   identical across runs and between train and eval, different per layer, shared by batch and heads.
-  Upstream seeded redraws with ``ceil(sum(query)·1e7)`` (data-dependent) instead.
+  Upstream seeded redraws with ``ceil(sum(query)·1e7)`` (data-dependent) instead. The fixed matrix is
+  computed when the function is traced and compiled in as a constant (no per-call work, as when the
+  released code is handed a matrix drawn outside); a per-call redraw costs an in-graph
+  orthogonalisation on every call, which is why benchmarks against a fixed-matrix FAVOR+ use
+  ``redraw="fixed"`` and why the default still redraws (the method's training recipe).
+- **Layout**: bidirectional attention runs on [B, H, L, ...] (q, k, v transposed once, D wide), not on
+  the released code's [L, B, H, ...] / our [B, L, H, ...] einsums, which transpose the M-wide features
+  around the products over L (fewer bytes moved: ``scripts/compare_kernels.py`` times both). Without a
+  ``mask`` no masking work is done at all.
 - **Dropout** (upstream had none): there is no probability matrix, so ``dropout_rate`` drops whole keys
   from the numerator only (each (batch, key, head) kept with prob ``1−p`` and scaled by ``1/(1−p)``;
   the denominator keeps every key). In the effective matrix this is exactly attention dropout whose
@@ -251,10 +259,10 @@ class PerformerAttention(nn.Module):
     cfg = self.config
     batch, length, heads, dim = query.shape
     # Bidirectional: [B, H, L, D] inputs, so the products over L and the per-(B, H) key maxima need no
-    # transposes of the M-wide features; transposing the D-wide q, k, v and the output instead moved
-    # 23 % fewer bytes (B = 8, L = 1024, M = 256) and ran 5-20 % faster than the [B, L, H, M] einsums of
-    # the released code (scripts/compare_kernels.py, relu kernel about 2x at B = 8). Causal keeps
-    # [B, L, H, ...]: its chunked prefix sums are laid out by position.
+    # transposes of the M-wide features. Transposing the D-wide q, k, v and the output instead moves
+    # 23 % fewer bytes than [B, L, H, M] einsums (XLA cost analysis, fwd+bwd, B = 8, L = 1024, M = 256)
+    # and ran in 0.7-0.9x the time of the FAVOR+ reference (scripts/compare_kernels.py, 2-core CPU).
+    # Causal keeps [B, L, H, ...]: its chunked prefix sums are laid out by position.
     heads_first = not cfg.causal
     if heads_first:
       query, key, value = (jnp.swapaxes(x, 1, 2) for x in (query, key, value))
