@@ -74,3 +74,47 @@ def test_performer_references_compute_the_core(name):
   grads = [compare_kernels.grad_fn(f)(q, k, v) for f in (core, reference)]
   for ours, theirs in zip(*grads):
     np.testing.assert_allclose(ours, theirs, rtol=2e-3, atol=2e-4)
+
+
+def test_causal_prefix_products_and_their_gradient_equal_the_masked_quadratic_form():
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  q, k, v = (jax.random.uniform(jax.random.key(i), (2, 13, 2, 5 if i < 2 else 3)) for i in range(3))
+
+  def dense(q, k, v):
+    scores = jnp.einsum("bqhm,bkhm->bhqk", q, k) * jnp.tril(jnp.ones((13, 13)))
+    return jnp.einsum("bhqk,bkhv->bqhv", scores, v)
+
+  np.testing.assert_allclose(compare_kernels._prefix_products(q, k, v), dense(q, k, v), rtol=1e-5)
+  weights = jax.random.normal(jax.random.key(5), (2, 13, 2, 3))
+  loss = lambda f: lambda q, k, v: jnp.sum(f(q, k, v) * weights)
+  for ours, expected in zip(jax.grad(loss(compare_kernels._prefix_products), (0, 1, 2))(q, k, v),
+                            jax.grad(loss(dense), (0, 1, 2))(q, k, v)):
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["performer", "performer_relu"])
+def test_causal_performer_references_compute_the_causal_core(name):
+  import functools
+
+  import jax
+  import numpy as np
+
+  q, k, v = (0.5 * jax.random.normal(jax.random.key(i), (1, 40, 2, 16)) for i in range(3))
+  reference, overrides = compare_kernels.OWN_REFERENCES[name]
+  core, sown = compare_kernels.core_fn("performer", q, **overrides, causal=True, causal_chunk=16)
+  reference = functools.partial(reference, causal=True, **({"projection": sown["projection"]} if sown else {}))
+  np.testing.assert_allclose(core(q, k, v), reference(q, k, v), rtol=2e-4, atol=2e-5)
+
+
+def test_causal_run_times_causal_cores_and_leaves_out_non_causal_own_references(capsys):
+  assert compare_kernels.main(["--lengths", "128", "--batch_sizes", "1", "--attentions", "performer,bigbird",
+                               "--references", "dpa", "--repeats", "1", "--causal"]) == 0
+  out = capsys.readouterr().out
+  assert "causal" in out.splitlines()[0]
+  rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+          for line in out.splitlines() if line.startswith(("| performer", "| bigbird"))}
+  assert all(float(c) > 0 for c in rows["performer"][3:])
+  assert all(float(c) > 0 for c in rows["bigbird"][3:6]) and rows["bigbird"][6:] == ["-", "-"]
