@@ -44,10 +44,10 @@ Differences from the reference code (google-research ``fast_attention.py`` / the
   released code is handed a matrix drawn outside); a per-call redraw costs an in-graph
   orthogonalisation on every call, which is why benchmarks against a fixed-matrix FAVOR+ use
   ``redraw="fixed"`` and why the default still redraws (the method's training recipe).
-- **Layout**: bidirectional attention runs on [B, H, L, ...] (q, k, v transposed once, D wide), not on
-  the released code's [L, B, H, ...] / our [B, L, H, ...] einsums, which transpose the M-wide features
-  around the products over L (fewer bytes moved: ``scripts/compare_kernels.py`` times both). Without a
-  ``mask`` no masking work is done at all.
+- **Layout**: attention runs on [B, H, L, ...] (q, k, v transposed once, D wide), not on the released
+  code's [L, B, H, ...] / our former [B, L, H, ...] einsums, which transpose the M-wide features around
+  the products over L (fewer bytes moved: ``scripts/compare_kernels.py`` times both, ``--causal`` the
+  causal form). Without a ``mask`` no masking work is done at all.
 - **Dropout** (upstream had none): there is no probability matrix, so ``dropout_rate`` drops whole keys
   from the numerator only (each (batch, key, head) kept with prob ``1−p`` and scaled by ``1/(1−p)``;
   the denominator keeps every key). In the effective matrix this is exactly attention dropout whose
@@ -257,33 +257,30 @@ class PerformerAttention(nn.Module):
                mask: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
-    batch, length, heads, dim = query.shape
+    dim = query.shape[-1]
     # Bidirectional: [B, H, L, D] inputs, so the products over L and the per-(B, H) key maxima need no
     # transposes of the M-wide features. Transposing the D-wide q, k, v and the output instead moves
     # 23 % fewer bytes than [B, L, H, M] einsums (XLA cost analysis, fwd+bwd, B = 8, L = 1024, M = 256)
     # and ran in 0.7-0.9x the time of the FAVOR+ reference (scripts/compare_kernels.py, 2-core CPU).
-    # Causal keeps [B, L, H, ...]: its chunked prefix sums are laid out by position.
-    heads_first = not cfg.causal
-    if heads_first:
-      query, key, value = (jnp.swapaxes(x, 1, 2) for x in (query, key, value))
+    # Causal too (its chunked prefix sums run heads first).
+    query, key, value = (jnp.swapaxes(x, 1, 2) for x in (query, key, value))
     log_scale = None
     if cfg.kernel == "softmax":
       projection = self.projection(dim, common.accum_dtype(query, key))
       self.sow("intermediates", "projection", projection)
       q_features = softmax_features(query, projection, is_query=True, stabilizer=cfg.numerical_stabilizer)
-      k_features = softmax_features(key, projection, is_query=False, mask=mask, heads_first=heads_first,
+      k_features = softmax_features(key, projection, is_query=False, mask=mask, heads_first=True,
                                     stabilizer=cfg.numerical_stabilizer, key_log_scale=cfg.causal)
       if cfg.causal:
         k_features, log_scale = k_features
     else:
       q_features = relu_features(query, epsilon=cfg.kernel_epsilon)
-      k_features = relu_features(key, epsilon=cfg.kernel_epsilon, mask=mask, heads_first=heads_first)
+      k_features = relu_features(key, epsilon=cfg.kernel_epsilon, mask=mask, heads_first=True)
     keep = linear_attention.key_dropout(cfg.dropout_rate, deterministic, k_features.shape[:3],
                                         q_features.dtype)
     # mask None (no padding) stays None: no masking work at all.
     out = linear_attention.feature_attention(q_features, k_features, value, mask, causal=cfg.causal,
                                              chunk=cfg.causal_chunk, keep=keep, k_log_scale=log_scale,
-                                             heads_first=heads_first)
-    if heads_first:
-      out = jnp.swapaxes(out, 1, 2)
+                                             heads_first=True)
+    out = jnp.swapaxes(out, 1, 2)
     return out.astype(value.dtype)
