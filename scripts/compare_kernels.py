@@ -31,6 +31,9 @@ for ``vanilla`` / ``flash`` they say what our exact cores cost over JAX's own. T
 machine and its load: compare ratios from one run, never absolute numbers across machines.
 
     python scripts/compare_kernels.py --lengths 1024,4096 --batch_sizes 1,8 --attentions vanilla,performer,performer_relu
+    python scripts/compare_kernels.py --causal --attentions performer,performer_relu --references ''
+
+(``--references ''``: the own column only, which skips the slow exact references at long lengths.)
 """
 
 from __future__ import annotations
