@@ -258,11 +258,11 @@ class PerformerAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     dim = query.shape[-1]
-    # Bidirectional: [B, H, L, D] inputs, so the products over L and the per-(B, H) key maxima need no
-    # transposes of the M-wide features. Transposing the D-wide q, k, v and the output instead moves
-    # 23 % fewer bytes than [B, L, H, M] einsums (XLA cost analysis, fwd+bwd, B = 8, L = 1024, M = 256)
-    # and ran in 0.7-0.9x the time of the FAVOR+ reference (scripts/compare_kernels.py, 2-core CPU).
-    # Causal too (its chunked prefix sums run heads first).
+    # [B, H, L, D] inputs, so the products over L and the per-(B, H) key maxima need no transposes of
+    # the M-wide features. Transposing the D-wide q, k, v and the output instead moves 23 % fewer bytes
+    # than [B, L, H, M] einsums (XLA cost analysis, bidirectional fwd+bwd, B = 8, L = 1024, M = 256) and
+    # ran in 0.7-0.9x the time of the FAVOR+ reference (scripts/compare_kernels.py, 2-core CPU). The
+    # causal chunked prefix sums run heads first as well.
     query, key, value = (jnp.swapaxes(x, 1, 2) for x in (query, key, value))
     log_scale = None
     if cfg.kernel == "softmax":
