@@ -22,7 +22,8 @@ decay (r_j = log(1 − g_j) − Σ_{t≤j} log g_t).
   [B, N, H, M] are combined by an exclusive associative scan that rescales the running state whenever
   the running max s grows (a linear recurrence x_n = a_n x_{n−1} + u_n with a_n = exp(s_{n−1} − s_n)
   ≤ 1). Memory is linear in L (L/C states), never L×L.
-- Padded keys get zero features (and never enter s), so they get exactly zero weight.
+- Padded keys get zero features (and never enter s), so they get exactly zero weight. ``mask=None``
+  (every key real) skips the masking work.
 - Dropout (``keep`` [B, L, H], e.g. ``Bernoulli(1−p)/(1−p)``) scales keys in the numerator only: in
   the effective matrix this is attention dropout with one mask per key shared by all queries,
   ``P_drop[i, j] = P[i, j]·keep_j``, unbiased.
@@ -65,73 +66,89 @@ def _divide(numerator: jax.Array, denominator: jax.Array, eps: float, clamp: flo
 
 
 def feature_attention(q_features: jax.Array, k_features: jax.Array, value: jax.Array,
-                      mask: jax.Array, *, causal: bool = False, chunk: int = 64,
+                      mask: jax.Array | None, *, causal: bool = False, chunk: int = 64,
                       keep: jax.Array | None = None, k_log_scale: jax.Array | None = None,
-                      eps: float = 0.0, clamp: float | None = None) -> jax.Array:
+                      eps: float = 0.0, clamp: float | None = None, heads_first: bool = False) -> jax.Array:
   """Feature-map attention (module docstring).
 
-  q_features, k_features: [B, L, H, M]; value: [B, L, H, V]; mask: bool [B, L] (True = real key);
-  keep: [B, L, H] numerator-only key scaling (dropout); k_log_scale: r [B, L, H] (may carry
-  gradients; the stabilizer s does not). Returns [B, L, H, V] in the features' dtype (or wider).
+  q_features, k_features: [B, L, H, M]; value: [B, L, H, V]; mask: bool [B, L] (True = real key) or
+  None (every key is real: no masking work at all); keep: [B, L, H] numerator-only key scaling
+  (dropout); k_log_scale: r [B, L, H] (may carry gradients; the stabilizer s does not). Returns
+  [B, L, H, V] in the features' dtype (or wider). ``heads_first``: every [B, L, H, ...] array above
+  is [B, H, L, ...] instead, the layout in which the products over L need no transposes of the M-wide
+  features (see ``attention_zoo/performer.py``); causal attention always runs in it internally.
   """
   dtype = jnp.result_type(q_features, k_features)
-  real = mask[:, :, None]                                                    # [B, L, 1]
-  k_features = k_features.astype(dtype) * real[..., None]
-  value = value.astype(dtype)
-  log_scale = jnp.zeros(k_features.shape[:3], dtype) if k_log_scale is None else k_log_scale.astype(dtype)
-  log_scale = jnp.where(real, log_scale, common.NEG_INF)
-  if keep is None:
-    keep = jnp.ones(k_features.shape[:3], dtype)
-  if causal:
-    return _causal(q_features.astype(dtype), k_features, value, keep, log_scale, chunk, eps, clamp)
-  peak = jax.lax.stop_gradient(jnp.max(log_scale, axis=1, keepdims=True))   # [B, 1, H]
-  k_features = k_features * jnp.exp(log_scale - peak)[..., None]
-  kv = jnp.einsum("blhm,blh,blhv->bhmv", k_features, keep, value)           # [B, H, M, V]
-  numerator = jnp.einsum("blhm,bhmv->blhv", q_features, kv)
-  denominator = jnp.einsum("blhm,bhm->blh", q_features, jnp.sum(k_features, axis=1))
+  q_features, k_features, value = (x.astype(dtype) for x in (q_features, k_features, value))
+  if causal:  # laid out [B, H, L, ...] inside (see _causal)
+    mask = common.default_mask(mask, k_features.shape[0], k_features.shape[2 if heads_first else 1])
+    to_heads = (lambda x: x) if heads_first else (lambda x: jnp.swapaxes(x, 1, 2))
+    q_features, k_features, value = (to_heads(x) for x in (q_features, k_features, value))
+    real = mask[:, None, :]                                                  # [B, 1, L]
+    log_scale = jnp.zeros(k_features.shape[:3], dtype) if k_log_scale is None else to_heads(k_log_scale)
+    keep = jnp.ones(k_features.shape[:3], dtype) if keep is None else to_heads(keep)
+    out = _causal(q_features, k_features * real[..., None], value, keep,
+                  jnp.where(real, log_scale.astype(dtype), common.NEG_INF), chunk, eps, clamp)
+    return to_heads(out)
+  seq, length_axis = ("bhl", 2) if heads_first else ("blh", 1)
+  real = None if mask is None else (mask[:, None, :] if heads_first else mask[:, :, None])  # like r
+  if real is not None:
+    k_features = k_features * real[..., None]
+  if k_log_scale is not None:
+    log_scale = k_log_scale.astype(dtype)
+    if real is not None:
+      log_scale = jnp.where(real, log_scale, common.NEG_INF)
+    peak = jax.lax.stop_gradient(jnp.max(log_scale, axis=length_axis, keepdims=True))
+    k_features = k_features * jnp.exp(log_scale - peak)[..., None]
+  if keep is not None:
+    value = value * keep[..., None].astype(dtype)
+  kv = jnp.einsum(f"{seq}m,{seq}v->bhmv", k_features, value)               # [B, H, M, V]
+  numerator = jnp.einsum(f"{seq}m,bhmv->{seq}v", q_features, kv)
+  denominator = jnp.einsum(f"{seq}m,bhm->{seq}", q_features, jnp.sum(k_features, axis=length_axis))
   return _divide(numerator, denominator, eps, clamp)
 
 
 def _exclusive_rescaled_prefix(decay: jax.Array, states: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
-  """x_n = decay_n·x_{n−1} + u_n along axis 1, returned shifted by one (x_{n−1}, x_{−1} = 0).
-  decay [B, N, H]; states [B, N, H, ...]."""
+  """x_n = decay_n·x_{n−1} + u_n along axis 2, returned shifted by one (x_{n−1}, x_{−1} = 0).
+  decay [B, H, N]; states [B, H, N, ...]."""
   def combine(a, b):
     (da, *xa), (db, *xb) = a, b
     return (da * db, *(x2 + x1 * db.reshape(db.shape + (1,) * (x1.ndim - db.ndim))
                        for x1, x2 in zip(xa, xb)))
 
-  _, *prefix = jax.lax.associative_scan(combine, (decay, *states), axis=1)
-  return tuple(jnp.concatenate([jnp.zeros_like(p[:, :1]), p[:, :-1]], axis=1) for p in prefix)
+  _, *prefix = jax.lax.associative_scan(combine, (decay, *states), axis=2)
+  return tuple(jnp.concatenate([jnp.zeros_like(p[:, :, :1]), p[:, :, :-1]], axis=2) for p in prefix)
 
 
 def _causal(qf, kf, v, keep, log_scale, chunk, eps, clamp):
-  """Causal :func:`feature_attention` by chunked, rescaled prefix sums (shapes as there)."""
-  length = qf.shape[1]
+  """Causal :func:`feature_attention` by chunked, rescaled prefix sums, on [B, H, L, ...] arrays
+  (heads first, so the per-chunk products need no transposes of the M-wide features)."""
+  length = qf.shape[2]
   chunk = min(chunk, length)
   # Padding to a chunk multiple: zero features, log scale NEG_INF, so nothing is added.
-  qf, kf, v, keep = (common.pad_axis(x, chunk, axis=1) for x in (qf, kf, v, keep))
-  log_scale = common.pad_axis(log_scale, chunk, axis=1, value=common.NEG_INF)
-  running = jax.lax.stop_gradient(jax.lax.cummax(log_scale, axis=1))        # s_i [B, L', H]
-  qf, kf, v, keep, log_scale, running = (x.reshape(x.shape[0], -1, chunk, *x.shape[2:])
+  qf, kf, v, keep = (common.pad_axis(x, chunk, axis=2) for x in (qf, kf, v, keep))
+  log_scale = common.pad_axis(log_scale, chunk, axis=2, value=common.NEG_INF)
+  running = jax.lax.stop_gradient(jax.lax.cummax(log_scale, axis=2))        # s_i [B, H, L']
+  qf, kf, v, keep, log_scale, running = (x.reshape(*x.shape[:2], -1, chunk, *x.shape[3:])
                                          for x in (qf, kf, v, keep, log_scale, running))
-  chunk_end = running[:, :, -1]                                              # [B, N, H]
+  chunk_end = running[..., -1]                                               # [B, H, N]
   # Within each chunk: w_qk = φ(q)·φ(k)·exp(r_k − s_q) for k ≤ q.
   allowed = common.causal_allowed(chunk, chunk)                              # [Q, K]
-  exponent = jnp.einsum("bnkh->bnhk", log_scale)[:, :, :, None, :] - jnp.einsum(
-      "bnqh->bnhq", running)[..., None]                                      # [B, N, H, Q, K]
+  exponent = log_scale[..., None, :] - running[..., :, None]                 # [B, H, N, Q, K]
   factor = jnp.exp(jnp.where(allowed, exponent, common.NEG_INF))
-  scores = jnp.einsum("bnqhm,bnkhm->bnhqk", qf, kf) * factor
-  numerator = jnp.einsum("bnhqk,bnkh,bnkhv->bnqhv", scores, keep, v)
-  denominator = jnp.einsum("bnhqk->bnqh", scores)
+  scores = jnp.einsum("bhnqm,bhnkm->bhnqk", qf, kf) * factor
+  numerator = jnp.einsum("bhnqk,bhnkv->bhnqv", scores * keep[..., None, :], v)
+  denominator = jnp.sum(scores, axis=-1)                                     # [B, H, N, Q]
   # Across chunks: chunk states relative to the running max at the chunk end, rescaled prefix.
-  to_end = kf * jnp.exp(log_scale - chunk_end[:, :, None])[..., None]        # [B, N, K, H, M]
-  kv = jnp.einsum("bnkhm,bnkh,bnkhv->bnhmv", to_end, keep, v)               # [B, N, H, M, V]
-  ksum = jnp.einsum("bnkhm->bnhm", to_end)
-  previous_end = jnp.concatenate([jnp.full_like(chunk_end[:, :1], common.NEG_INF), chunk_end[:, :-1]], 1)
+  to_end = kf * jnp.exp(log_scale - chunk_end[..., None])[..., None]         # [B, H, N, K, M]
+  kv = jnp.einsum("bhnkm,bhnkv->bhnmv", to_end, v * keep[..., None])         # [B, H, N, M, V]
+  ksum = jnp.sum(to_end, axis=3)                                             # [B, H, N, M]
+  previous_end = jnp.concatenate([jnp.full_like(chunk_end[..., :1], common.NEG_INF), chunk_end[..., :-1]],
+                                 axis=2)
   prefix_kv, prefix_k = _exclusive_rescaled_prefix(jnp.exp(previous_end - chunk_end), (kv, ksum))
   # prefix_* of chunk n is relative to the running max at the end of chunk n − 1.
-  q_scaled = qf * jnp.exp(previous_end[:, :, None] - running)[..., None]    # [B, N, Q, H, M]
-  numerator = numerator + jnp.einsum("bnqhm,bnhmv->bnqhv", q_scaled, prefix_kv)
-  denominator = denominator + jnp.einsum("bnqhm,bnhm->bnqh", q_scaled, prefix_k)
+  q_scaled = qf * jnp.exp(previous_end[..., None] - running)[..., None]     # [B, H, N, Q, M]
+  numerator = numerator + jnp.einsum("bhnqm,bhnmv->bhnqv", q_scaled, prefix_kv)
+  denominator = denominator + jnp.einsum("bhnqm,bhnm->bhnq", q_scaled, prefix_k)
   out = _divide(numerator, denominator, eps, clamp)
-  return out.reshape(out.shape[0], -1, *out.shape[3:])[:, :length]
+  return out.reshape(*out.shape[:2], -1, out.shape[-1])[:, :, :length]

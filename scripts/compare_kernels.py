@@ -12,19 +12,35 @@ The table gives each core's median milliseconds and the ratio core / reference (
 - ``own`` (where a core has one, ``OWN_REFERENCES``): the core's own pattern written plainly in the
   style of its original code (``bigbird``: Flax/HF-style block-sparse BigBird with the same blocks;
   ``combiner_axial_rowmajor``: the released row-major code's structure, timed against the core with
-  ``row_summary="wsum"``, the released summary). Their outputs match the core's (checked in
-  ``tests/test_attention_kernels.py``).
+  ``row_summary="wsum"``, the released summary; ``performer``: FAVOR+ written from the method's
+  definition in the structure of the released code, with the core's own random features (the core
+  runs with ``redraw="fixed"``, so both use one matrix drawn once, not redrawn per call);
+  ``performer_relu``: the generalized ReLU kernel the same way). Their outputs match the core's
+  (checked in ``tests/test_attention_kernels.py`` and ``tests/test_compare_kernels.py``).
+
+``--causal`` times the causal cores against causal references (``dpa`` / ``naive`` with the causal
+mask; ``performer``: the released causal structure, prefix sums by a scan over positions with a
+reverse scan for the gradient; the other own references have no causal form and are left out).
+
+Rows are registered cores, plus ``performer_relu`` (the ``performer`` core with ``kernel="relu"``,
+the kernel LRA ran). Cores with an own reference run with its overrides (``OWN_REFERENCES``) in every
+column of their row.
 
 For an efficient core the ratios say when it beats exact attention at that length on this backend;
 for ``vanilla`` / ``flash`` they say what our exact cores cost over JAX's own. Timings depend on the
 machine and its load: compare ratios from one run, never absolute numbers across machines.
 
-    python scripts/compare_kernels.py --lengths 1024,4096 --batch_sizes 1,8 --attentions vanilla,performer
+    python scripts/compare_kernels.py --lengths 1024,4096 --batch_sizes 1,8 --attentions vanilla,performer,performer_relu
+    python scripts/compare_kernels.py --causal --attentions performer,performer_relu --references ''
+
+(``--references ''``: the own column only, which skips the slow exact references at long lengths.)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import math
 import statistics
 import sys
@@ -37,13 +53,15 @@ import jax.numpy as jnp
 import attention_zoo
 
 
-def naive_attention(q, k, v):
+def naive_attention(q, k, v, causal: bool = False):
   logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+  if causal:
+    logits = jnp.where(jnp.tril(jnp.ones(logits.shape[-2:], bool)), logits, -jnp.inf)
   return jnp.einsum("bhqk,bkhv->bqhv", jax.nn.softmax(logits, axis=-1), v)
 
 
-def dpa_attention(q, k, v):
-  return jax.nn.dot_product_attention(q, k, v, implementation="xla")
+def dpa_attention(q, k, v, causal: bool = False):
+  return jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation="xla")
 
 
 def bigbird_blocks_reference(q, k, v, size: int = 64, num_rand: int = 3):
@@ -100,12 +118,90 @@ def rowmajor_reference(q, k, v):
   return jnp.transpose(out, (0, 2, 3, 1, 4)).reshape(batch, length, heads, -1)
 
 
+def _linear_attention(q_features, k_features, v, causal: bool = False):
+  """Kernelized attention as the released FAVOR+ code computes it. Bidirectional: the key-value
+  product and the key sum with einsum, the numerator divided by the renormaliser. Causal: prefix sums
+  by a scan over positions (:func:`_prefix_products`)."""
+  if causal:
+    ones = jnp.ones(v.shape[:-1] + (1,), v.dtype)
+    return _prefix_products(q_features, k_features, v) / _prefix_products(q_features, k_features, ones)
+  kv = jnp.einsum("blhm,blhv->bhmv", k_features, v)
+  numerator = jnp.einsum("blhm,bhmv->blhv", q_features, kv)
+  denominator = jnp.einsum("blhm,bhm->blh", q_features, jnp.sum(k_features, axis=1))
+  return numerator / denominator[..., None]
+
+
+@jax.custom_vjp
+def _prefix_products(q, k, v):
+  """out_i = q_i · Σ_{j≤i} k_j v_jᵀ [B, L, H, V] by a scan over positions carrying the [B, H, M, V]
+  state, with a reverse scan for the gradient that rebuilds the states by subtraction instead of
+  storing L of them (the structure of the released causal FAVOR+)."""
+  return _prefix_forward(q, k, v)[0]
+
+
+def _prefix_forward(q, k, v):
+  def step(state, qkv):
+    q_i, k_i, v_i = qkv
+    state = state + jnp.einsum("bhm,bhv->bhmv", k_i, v_i)
+    return state, jnp.einsum("bhm,bhmv->bhv", q_i, state)
+
+  init = jnp.zeros(k.shape[:1] + k.shape[2:] + v.shape[-1:], k.dtype)
+  final, out = jax.lax.scan(step, init, tuple(jnp.moveaxis(x, 1, 0) for x in (q, k, v)))
+  return jnp.moveaxis(out, 0, 1), (q, k, v, final)
+
+
+def _prefix_backward(saved, grad):
+  q, k, v, final = saved
+
+  def step(carry, inputs):
+    state, from_later = carry                                  # Σ_{j≤i} k_j v_jᵀ, Σ_{j≥i+1} q_j g_jᵀ
+    q_i, k_i, v_i, g_i = inputs
+    dq = jnp.einsum("bhmv,bhv->bhm", state, g_i)
+    from_later = from_later + jnp.einsum("bhm,bhv->bhmv", q_i, g_i)
+    dk, dv = jnp.einsum("bhmv,bhv->bhm", from_later, v_i), jnp.einsum("bhmv,bhm->bhv", from_later, k_i)
+    return (state - jnp.einsum("bhm,bhv->bhmv", k_i, v_i), from_later), (dq, dk, dv)
+
+  inputs = tuple(jnp.moveaxis(x, 1, 0) for x in (q, k, v, grad))
+  _, grads = jax.lax.scan(step, (final, jnp.zeros_like(final)), inputs, reverse=True)
+  return tuple(jnp.moveaxis(g, 0, 1) for g in grads)
+
+
+_prefix_products.defvjp(_prefix_forward, _prefix_backward)
+
+
+def favor_reference(q, k, v, *, projection, causal: bool = False, eps: float = 1e-6):
+  """FAVOR+ (positive softmax random features) from the method's definition, with a FIXED projection W
+  [M, D] given from outside: ``φ(x) = M^{-1/2}(exp(w·x̃ − |x̃|²/2 − c) + ε)``, ``x̃ = x·D^{-1/4}``, the
+  stabiliser c the max of ``w·x̃`` over features for each query and over everything for the keys (also
+  when causal, as released: not strictly causal). No padding support (the released code ignored the
+  mask)."""
+  def features(x, is_query):
+    x = x * x.shape[-1] ** -0.25
+    wx = jnp.einsum("blhd,md->blhm", x, projection)
+    half_norm = 0.5 * jnp.sum(x * x, axis=-1, keepdims=True)
+    peak = jnp.max(wx, axis=-1, keepdims=True) if is_query else jnp.max(wx)
+    return (jnp.exp(wx - half_norm - jax.lax.stop_gradient(peak)) + eps) / math.sqrt(projection.shape[0])
+
+  return _linear_attention(features(q, True), features(k, False), v, causal)
+
+
+def relu_kernel_reference(q, k, v, *, causal: bool = False, eps: float = 1e-3):
+  """The generalized kernel attention of the released code with ``kernel_fn = relu``, deterministic
+  features (no projection, no data scaling): ``φ(x) = relu(x) + ε``."""
+  return _linear_attention(jax.nn.relu(q) + eps, jax.nn.relu(k) + eps, v, causal)
+
+
 REFERENCES: dict[str, Callable] = {"dpa": dpa_attention, "naive": naive_attention}
 # Method-specific references ("own" column): the same pattern written plainly, (reference, core overrides).
+# A reference with a ``projection`` argument gets the core's sown random features.
 OWN_REFERENCES: dict[str, tuple[Callable, dict]] = {
     "bigbird": (bigbird_blocks_reference, {}),
     "combiner_axial_rowmajor": (rowmajor_reference, {"row_summary": "wsum"}),
+    "performer": (favor_reference, {"redraw": "fixed"}),
+    "performer_relu": (relu_kernel_reference, {"kernel": "relu"}),
 }
+# Timed rows that are a registered core under another configuration: row label -> core name.
+VARIANTS: dict[str, str] = {"performer_relu": "performer"}
 
 
 def grad_fn(attention: Callable) -> Callable:
@@ -113,11 +209,15 @@ def grad_fn(attention: Callable) -> Callable:
   return jax.jit(jax.grad(lambda q, k, v: jnp.sum(attention(q, k, v) ** 2), argnums=(0, 1, 2)))
 
 
-def core_fn(name: str, q, **overrides) -> Callable:
-  """The registered core as a function of (q, k, v), its parameters initialised once (fixed draws)."""
+def core_fn(name: str, q, **overrides) -> tuple[Callable, dict]:
+  """The registered core as a function of (q, k, v), its parameters initialised once (fixed draws),
+  and what it sows (e.g. performer's ``projection``)."""
   core = attention_zoo.create_attention(name, **overrides)
+  rngs = {"attention": jax.random.key(2)}
   variables = core.init({"params": jax.random.key(0), "attention": jax.random.key(1)}, q, q, q)
-  return lambda q, k, v: core.apply(variables, q, k, v, rngs={"attention": jax.random.key(2)})
+  _, state = core.apply(variables, q, q, q, rngs=rngs, mutable=["intermediates"])
+  sown = {key: value[0] for key, value in state.get("intermediates", {}).items()}
+  return (lambda q, k, v: core.apply(variables, q, k, v, rngs=rngs)), sown
 
 
 def time_once(fn: Callable, args) -> float:
@@ -135,13 +235,23 @@ def _traces(reference: Callable, args) -> bool:
     return False
 
 
+def _accepts(fn: Callable, argument: str) -> bool:
+  return argument in inspect.signature(fn).parameters
+
+
 def compare(name: str, batch: int, length: int, heads: int, head_dim: int, repeats: int,
-            references: list[str]) -> dict[str, float]:
+            references: list[str], causal: bool = False) -> dict[str, float]:
   """Median seconds of the core and of each reference, timed interleaved."""
   keys = jax.random.split(jax.random.key(batch * 100003 + length), 3)
   args = tuple(jax.random.normal(k, (batch, length, heads, head_dim), jnp.float32) for k in keys)
   own, overrides = OWN_REFERENCES.get(name, (None, {}))
-  fns = {name: grad_fn(core_fn(name, args[0], **overrides))} | {r: grad_fn(REFERENCES[r]) for r in references}
+  if causal:  # causal cores against causal references; an own reference without a causal form is left out
+    overrides = overrides | {"causal": True}
+    own = functools.partial(own, causal=True) if own is not None and _accepts(own, "causal") else None
+  core, sown = core_fn(VARIANTS.get(name, name), args[0], **overrides)
+  fns = {name: grad_fn(core)} | {r: grad_fn(functools.partial(REFERENCES[r], causal=causal)) for r in references}
+  if own is not None and _accepts(own, "projection"):
+    own = functools.partial(own, projection=sown["projection"])
   if own is not None and _traces(own, args):
     fns["own"] = grad_fn(own)
   for fn in fns.values():  # compile + one warm-up call, excluded
@@ -162,25 +272,34 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--repeats", type=int, default=7)
   parser.add_argument("--heads", type=int, default=4)
   parser.add_argument("--head_dim", type=int, default=64)
+  parser.add_argument("--causal", action="store_true", help="causal cores and references")
   args = parser.parse_args(argv)
-  names = (attention_zoo.list_attentions() if args.attentions == "all"
+  names = (attention_zoo.list_attentions() + list(VARIANTS) if args.attentions == "all"
            else [n.strip() for n in args.attentions.split(",")])
   for name in names:
-    attention_zoo.attention_config(name)  # unknown name -> ValueError listing the known ones
+    attention_zoo.attention_config(VARIANTS.get(name, name))  # unknown -> ValueError listing the known
   references = [r.strip() for r in args.references.split(",") if r.strip()]
   unknown = sorted(set(references) - set(REFERENCES))
   if unknown or args.repeats < 1:
     raise ValueError(f"references must be among {sorted(REFERENCES)} (got {unknown}) and --repeats >= 1")
   print(f"backend {jax.default_backend()}, {jax.devices()[0].device_kind}; fwd+bwd, H={args.heads}, "
-        f"D={args.head_dim}, float32, median of {args.repeats} interleaved runs")
+        f"D={args.head_dim}, float32, {'causal' if args.causal else 'bidirectional'}, median of "
+        f"{args.repeats} interleaved runs")
   columns = references + ["own"]
+  owns = [f"{n}: {OWN_REFERENCES[n][0].__name__}" for n in names if n in OWN_REFERENCES]
+  if owns:
+    print("own references: " + ", ".join(owns))
   header = "| attention | B | L | ms | " + " | ".join(f"{r} ms | ratio vs {r}" for r in columns) + " |"
   print(header)
   print("|---|---:|---:|---:|" + "---:|---:|" * len(columns))
   for batch in (int(b) for b in args.batch_sizes.split(",")):
     for length in (int(n) for n in args.lengths.split(",")):
       for name in names:
-        med = compare(name, batch, length, args.heads, args.head_dim, args.repeats, references)
+        try:
+          med = compare(name, batch, length, args.heads, args.head_dim, args.repeats, references, args.causal)
+        except NotImplementedError:  # a core without a causal form
+          print(f"| {name} | {batch} | {length} | not causal |", flush=True)
+          continue
         cells = " | ".join(f"{1e3 * med[r]:.1f} | {med[name] / med[r]:.2f}" if r in med else "- | -"
                            for r in columns)
         print(f"| {name} | {batch} | {length} | {1e3 * med[name]:.1f} | {cells} |", flush=True)

@@ -88,3 +88,25 @@ def test_positional_blocks():
   assert blocks.shape == (2, 3, 1, 4)
   np.testing.assert_array_equal(blocks[..., :2], np.asarray(features) * np.asarray(weights)[None, :, None, :1])
   np.testing.assert_array_equal(blocks[..., 2:], np.asarray(features) * np.asarray(weights)[None, :, None, 1:])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_heads_first_layout_and_no_mask_equal_the_default(x64, causal):
+  """[B, H, L, ...] inputs give the same result as [B, L, H, ...] (with padding, dropout and log
+  scales); mask None equals an all-True mask."""
+  qf, kf, v, keep, log_scale, mask = _inputs(3, log_range=30.0)
+  kwargs = dict(causal=causal, chunk=8)
+  default = np.asarray(linear_attention.feature_attention(qf, kf, v, mask, keep=keep, k_log_scale=log_scale,
+                                                          **kwargs))
+  swap = lambda x: np.swapaxes(x, 1, 2)
+  heads_first = linear_attention.feature_attention(swap(qf), swap(kf), swap(v), mask, keep=swap(keep),
+                                                   k_log_scale=swap(log_scale), heads_first=True, **kwargs)
+  np.testing.assert_allclose(swap(np.asarray(heads_first))[mask], default[mask], rtol=1e-12, atol=1e-14)
+  everyone = np.ones_like(mask)
+  for layout in (False, True):
+    fix = swap if layout else (lambda x: x)
+    args = (fix(qf), fix(kf), fix(v))
+    no_mask = linear_attention.feature_attention(*args, None, keep=fix(keep), heads_first=layout, **kwargs)
+    all_real = linear_attention.feature_attention(*args, everyone, keep=fix(keep), heads_first=layout,
+                                                  **kwargs)
+    np.testing.assert_allclose(np.asarray(no_mask), np.asarray(all_real), rtol=1e-12)

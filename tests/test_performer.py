@@ -210,3 +210,35 @@ def test_four_layer_text_model_step_completes():
   batch = {"inputs": jnp.ones((1, 256), jnp.int32)}  # the LRA Table 2 Text model at L = 256
   variables = model.init(jax.random.key(0), batch)
   assert np.all(np.isfinite(np.asarray(jax.jit(model.apply)(variables, batch))))
+
+
+def test_fixed_projection_is_a_constant_of_the_compiled_program():
+  """redraw="fixed" (and every_call without the stream) draws W once when tracing: no random or loop
+  primitive is left in the program, and W is the draw from key(seed) folded with the path hash (0
+  at top level). A per-call redraw stays in the program."""
+  q = jnp.ones((1, 16, 2, 8))
+
+  def primitives(stream, **overrides):
+    core = create("performer", nb_features=12, **overrides)
+    apply = lambda q, rng: core.apply({}, q, q, q, rngs={"attention": rng} if stream else {})
+    jaxpr = jax.make_jaxpr(apply)(q, jax.random.key(1))  # the stream's key is traced, as under jit
+    return {eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}
+
+  drawing = {"random_split", "random_fold_in", "random_bits", "scan", "while"}
+  assert not primitives(True, redraw="fixed") & drawing
+  assert not primitives(False) & drawing
+  assert primitives(True) & drawing
+  core = create("performer", nb_features=12, redraw="fixed", seed=3)
+  projection = core.apply({}, 8, jnp.float32, method="projection")
+  expected = performer.draw_projection(jax.random.fold_in(jax.random.key(3), 0), 12, 8)
+  np.testing.assert_allclose(np.asarray(projection), np.asarray(expected), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+def test_no_mask_equals_an_all_real_mask(x64, kernel):
+  """mask=None skips the masking work; it must mean "every key is real" (bidirectional and causal)."""
+  q, k, v = random_qkv(6, 2, 20, 2, 8, 3, dtype=jnp.float64)
+  for causal in (False, True):
+    core = create("performer", kernel=kernel, nb_features=16, redraw="fixed", causal=causal, causal_chunk=8)
+    np.testing.assert_allclose(np.asarray(run_core(core, q, k, v)),
+                               np.asarray(run_core(core, q, k, v, np.ones((2, 20), bool))), rtol=1e-12)
