@@ -12,7 +12,7 @@
 #          2 on smoke, 1 otherwise). Rerunning resumes: finished cells and measured points are not redone.
 #
 # Benchmark defaults: on `smoke` the LRA Table 2 model is timed at length 256 with batch 1 (3 timed
-# steps after 1 warm-up), every point in this one process, which fits a 2-core CPU with 45 attentions
+# steps after 1 warm-up), every point in this one process, which fits a 2-core CPU with every registered attention
 # (scaling in L on a CPU: the 1K-16K sweep command in README.md); any other protocol sweeps 1K..16K
 # with batch 32 and 10 timed steps, each point in a fresh process, as LRA Table 2. On smoke the two
 # suite workers share the CPU, so the suite's own steps/s are indicative only; the benchmark runs alone.
