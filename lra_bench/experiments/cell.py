@@ -117,10 +117,11 @@ def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
 
 
 def _write(record: dict[str, Any], workdir: str, results_dir: str | None) -> None:
-  """``result.json``, then the results file; says where (at WARNING: shown by default)."""
+  """``result.json``, then the results file; says where (INFO: `train` shows it; a suite
+  keeps it in the cell's train.log, its console shows the progress bar)."""
   path = os.path.join(workdir, "result.json")
   results.write_json_atomic(path, record)
   if results_dir:
     results.append_record(results_dir, record)
     path += " and " + os.path.join(results_dir, results.RESULTS_FILE)
-  logging.warning("%s record written to %s", record["status"], path)
+  logging.info("%s record written to %s", record["status"], path)  # train shows INFO; a suite only its bar
