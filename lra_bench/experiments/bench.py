@@ -110,12 +110,12 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   rng = np.random.default_rng(0)
   batch = {"inputs": rng.integers(1, task.vocab_size, (b, length), dtype=np.int32),
            "targets": rng.integers(0, task.num_classes, (b,), dtype=np.int32)}
-  make_state = functools.partial(steps.init_state, config, model, tx, {k: v[:2] for k, v in batch.items()})
+  example = {k: v[:2] for k, v in batch.items()}
   if config.bench.compile_only:
-    state = jax.eval_shape(make_state)
+    state = jax.eval_shape(steps.state_initializer(config, model, tx, example))
     batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch)
   else:
-    state = make_state()
+    state = steps.init_state(config, model, tx, example)
   num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(state.params)))
 
   if mode == "train":
