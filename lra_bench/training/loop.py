@@ -336,9 +336,12 @@ class Run:
     """Test accuracy of the best-validation and of the last parameters; the run's measurements."""
     best, best_step = self.checkpoints.restore_best(self.state, self.best_step), self.best_step
     if best is None:  # no eval happened (e.g. zero steps): evaluate the current parameters
-      best, best_step = {"params": self.state.params, "model_state": self.state.model_state}, int(self.state.step)
-    test_best = self.evaluate("test", best["params"], best["model_state"])
+      best_step = int(self.state.step)
     test_last = self.evaluate("test", self.state.params, self.state.model_state)
+    # Best step = last step: the same parameters (restored above all the same, so a damaged best
+    # checkpoint is still reported), evaluated once.
+    test_best = (test_last if best_step == int(self.state.step)
+                 else self.evaluate("test", best["params"], best["model_state"]))
     logging.info("test accuracy %.4f (best-validation params, step %d), %.4f (last params)",
                  test_best["accuracy"], best_step, test_last["accuracy"])
     if self.writer:
