@@ -22,10 +22,10 @@ def captured(monkeypatch):
   """Figures handed to ``plots.save``, drawn (so tick labels and extents are final) before saving."""
   figures, original = [], plots.save
 
-  def save(fig, *paths):
+  def save(fig, *paths, **kwargs):
     fig.canvas.draw()
     figures.append((fig, fig.canvas.get_renderer()))
-    return original(fig, *paths)
+    return original(fig, *paths, **kwargs)
 
   monkeypatch.setattr(plots, "save", save)
   return figures

@@ -21,12 +21,16 @@ def pyplot():
   return plt
 
 
-def save(fig, *paths: str) -> list[str]:
-  """Writes ``fig`` to every path (format from the extension), closes it, returns the paths."""
+def save(fig, *paths: str, tight: bool = True) -> list[str]:
+  """Writes ``fig`` to every path (format from the extension), closes it, returns the paths.
+
+  ``tight``: crop to the drawn content (one more drawing pass); False for a figure laid out by hand.
+  """
   plt = pyplot()
   for path in paths:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=150, bbox_inches="tight", metadata={"Date": None} if path.endswith(".svg") else None)
+    fig.savefig(path, dpi=150, bbox_inches="tight" if tight else None,
+                metadata={"Date": None} if path.endswith(".svg") else None)
   plt.close(fig)
   return list(paths)
 
