@@ -86,14 +86,30 @@ def import_tfds():
   return tfds
 
 
-def check_count(task: str, option: str, value, minimum: int = 0) -> int:
-  """A ``data prepare`` count option (examples, images, workers): an int >= ``minimum``, else DataError
+# The smallest allowed value of every ``data prepare`` count and length (the one table: the tasks'
+# ``prepare`` and ``lra_bench.training.config.validate_prepare`` both check against it). Every split
+# gets at least one example: an empty validation or test split would train to a meaningless record.
+PREPARE_MINIMUMS = {"num_train": 1, "num_val": 1, "num_test": 1, "num_images": 1, "images_per_batch": 1,
+                    "workers": 1, "min_length": 0, "max_length": 2, "resolution": 1, "contour_length": 1}
+
+
+def check_count(task: str, option: str, value) -> int:
+  """A ``data prepare`` count or length (``PREPARE_MINIMUMS``): an int >= its minimum, else DataError
   naming the option and the value (a negative count used to generate nothing, or crash later)."""
+  minimum = PREPARE_MINIMUMS[option]
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
     raise DataError(f"data prepare {task}: --{option} must be an integer >= {minimum}, got {value!r}")
   if value < minimum:
     raise DataError(f"data prepare {task}: --{option} is {value}; it must be >= {minimum}")
   return int(value)
+
+
+def length_range_error(min_length: int, max_length: int) -> str | None:
+  """Why ``min_length < length < max_length`` holds no length, or None (lengths strictly between)."""
+  if min_length >= max_length - 1:
+    return (f"--min_length {min_length} must be below --max_length {max_length} - 1 "
+            "(lengths strictly between them are kept)")
+  return None
 
 
 def default_data_dir() -> str:

@@ -27,7 +27,7 @@ from typing import Union
 import numpy as np
 
 from tasks import register_task
-from tasks.base import DataError, Examples, MissingDataError, Task, check_count, import_tf
+from tasks.base import DataError, Examples, MissingDataError, Task, check_count, import_tf, length_range_error
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 CLOSE = "]"
@@ -223,16 +223,13 @@ class ListOps(Task):
     Existing files with the same generation options are kept; existing files from elsewhere (e.g. the
     official release) are never overwritten unless ``overwrite=True``.
     """
-    num_train, num_val, num_test = (check_count(self.name, option, value) for option, value in
-                                    (("num_train", num_train), ("num_val", num_val), ("num_test", num_test)))
-    if num_train + num_val + num_test == 0:
-      raise DataError(f"data prepare {self.name}: --num_train, --num_val and --num_test are all 0; "
-                      "nothing to generate")
-    min_length = check_count(self.name, "min_length", min_length)
-    max_length = check_count(self.name, "max_length", max_length, minimum=1)
-    if min_length >= max_length - 1:
-      raise DataError(f"data prepare {self.name}: --min_length {min_length} must be below --max_length "
-                      f"{max_length} - 1 (lengths strictly between them are kept)")
+    num_train, num_val, num_test, min_length, max_length = (
+        check_count(self.name, option, value) for option, value in
+        (("num_train", num_train), ("num_val", num_val), ("num_test", num_test), ("min_length", min_length),
+         ("max_length", max_length)))
+    problem = length_range_error(min_length, max_length)
+    if problem:
+      raise DataError(f"data prepare {self.name}: {problem}")
     out_dir = os.path.join(data_dir, SUBDIR)
     options = dict(name=name, num_train=num_train, num_val=num_val, num_test=num_test, seed=seed,
                    min_length=min_length, max_length=max_length, generator="lra-bench listops v1")

@@ -272,10 +272,10 @@ class _Pathfinder(Task):
     if contour_length not in gen.CONTOUR_LENGTHS:
       raise DataError(f"data prepare {self.name}: --contour_length must be one of {list(gen.CONTOUR_LENGTHS)}, "
                       f"got {contour_length!r}")
-    num_images = check_count(self.name, "num_images", num_images, minimum=1)
-    images_per_batch = check_count(self.name, "images_per_batch", images_per_batch, minimum=1)
+    num_images = check_count(self.name, "num_images", num_images)
+    images_per_batch = check_count(self.name, "images_per_batch", images_per_batch)
     if workers is not None:
-      workers = check_count(self.name, "workers", workers, minimum=1)
+      workers = check_count(self.name, "workers", workers)
     out_dir = difficulty_dir(self._root(data_dir, name), resolution, contour_length)
     options = dict(resolution=resolution, contour_length=contour_length, num_images=num_images, seed=seed,
                    images_per_batch=images_per_batch, generator=GENERATOR_VERSION)

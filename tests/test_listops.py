@@ -155,12 +155,13 @@ def test_every_generated_token_is_in_the_vocabulary():
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(num_train=-5), r"--num_train is -5; it must be >= 0"),
+    (dict(num_train=-5), r"--num_train is -5; it must be >= 1"),
     (dict(num_val=-1), r"--num_val is -1"),
-    (dict(num_test=2.5), r"--num_test must be an integer >= 0, got 2.5"),
+    (dict(num_val=0), r"--num_val is 0; it must be >= 1"),
+    (dict(num_test=2.5), r"--num_test must be an integer >= 1, got 2.5"),
     (dict(num_train=True), r"--num_train must be an integer"),
-    (dict(num_train=0, num_val=0, num_test=0), r"all 0; nothing to generate"),
     (dict(min_length=-1), r"--min_length is -1"),
+    (dict(max_length=1), r"--max_length is 1; it must be >= 2"),
     (dict(min_length=50, max_length=50), r"--min_length 50 must be below --max_length 50"),
 ])
 def test_prepare_refuses_bad_counts_before_writing(tmp_path, options, message):

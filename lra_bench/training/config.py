@@ -171,10 +171,8 @@ NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
 # Bounds that are not allowed themselves: learning_rate > 0, eps > 0, rates and betas < 1.
 _OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps"}
 _OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "optimizer.b1", "optimizer.b2"}
-# data.prepare counts (also the `data prepare` flags): name -> (low, high)
-PREPARE_RANGES = {"num_train": (1, None), "num_val": (1, None), "num_test": (1, None), "num_images": (1, None),
-                  "images_per_batch": (1, None), "workers": (1, None), "min_length": (0, None),
-                  "max_length": (2, None), "resolution": (1, None), "contour_length": (1, None),
+# data.prepare counts (also the `data prepare` flags): name -> (low, high); the minimums are the tasks'
+PREPARE_RANGES = {**{name: (low, None) for name, low in tasks_lib.base.PREPARE_MINIMUMS.items()},
                   "seed": (0, MAX_SEED)}
 # data.options values that are counts: 0 = no limit
 OPTION_RANGES = {"limit": (0, None), "contour_length": (1, None), "split_seed": (0, MAX_SEED)}
@@ -232,9 +230,9 @@ def validate_prepare(options: dict[str, Any], where: str = "data.prepare") -> No
       allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
       check_number(f"{where}.{name}", options[name], _INT, low, high, allowed)
   low, high = options.get("min_length"), options.get("max_length")
-  if low is not None and high is not None and low >= high - 1:
-    raise ConfigError(f"{where}: min_length={low} and max_length={high} leave no length; "
-                      "expected min_length < max_length - 1")
+  problem = None if low is None or high is None else tasks_lib.base.length_range_error(low, high)
+  if problem:
+    raise ConfigError(f"{where}: min_length={low} and max_length={high} leave no length: {problem}")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
