@@ -61,6 +61,11 @@ def import_tf():
   attention cores run where TensorFlow is not installed (tests/test_no_tensorflow.py).
   """
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  # oneDNN's kernels are for TensorFlow's matmuls and convolutions, which the input pipelines (decode,
+  # tokenise, cast, batch) never run: the batches are byte-identical either way (checked on ListOps and
+  # Pathfinder), and off, TensorFlow does not print its "oneDNN custom operations are on" banner (twice,
+  # through absl's pre-init logging) in every process that reads data.
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
   try:
     import tensorflow as tf
   except ImportError as err:

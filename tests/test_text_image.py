@@ -121,3 +121,20 @@ def test_tiny_training(tmp_path, task):
     record = cell.train_cell(config, str(tmp_path / "run"), str(tmp_path))
   assert record["status"] == "ok", record.get("error")
   assert record["data"]["test"]["num_examples"] == 8
+
+
+def test_reading_data_prints_no_tensorflow_banner():
+  """A process that imports TensorFlow to read data says nothing on stderr (TensorFlow's C++ layer
+  printed its oneDNN banner twice, through absl's pre-init logging, in every such process)."""
+  import os
+  import subprocess
+  import sys
+
+  from lra_bench import REPO_ROOT
+
+  env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS")}
+  proc = subprocess.run([sys.executable, "-c", "from tasks.base import import_tf; "
+                         "tf = import_tf(); print(tf.constant([1, 2]).numpy().sum())"],
+                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0 and proc.stdout.strip() == "3", proc.stderr
+  assert proc.stderr == "", proc.stderr
