@@ -22,7 +22,7 @@ def shrink(c: ml_collections.ConfigDict) -> None:
   c.model.qkv_dim = 32
   c.model.mlp_dim = 64
   c.batch_size = 16
-  # No dropout: 60 steps cannot overfit, and on a CPU the dropout masks (threefry bits for 9 dropout
+  # No dropout: 60 steps cannot overfit, and on a CPU the dropout masks (threefry bits for up to 9
   # sites) doubled the step time and added ~1.5 s of compile to every cell. Each core's dropout path is
   # checked by the conformance kit (`dropout_unbiased`); the `lra` protocol keeps the LRA rates.
   c.model.dropout_rate = 0.0

@@ -127,7 +127,7 @@ def plot_attention_grid(names: Sequence[str], out_stem: str, length: int = 64,
   if not matrices:
     return [], errors
   # A fixed layout (inches), computed here rather than by a layout engine: with 46 panels and their
-  # colour bars, constrained layout and a tight bounding box tripled the drawing time (26 s -> ~8 s).
+  # colour bars, constrained layout and a tight bounding box took 26 s to draw it; this takes 10 s.
   cols = min(4, len(matrices))
   rows = math.ceil(len(matrices) / cols)
   panel_w, panel_h, side = 3.1, 2.7, 1.95          # panel; the square heatmap inside it
