@@ -91,9 +91,10 @@ def _draw(ax, matrix: np.ndarray, title: str, fontsize: float = 9):
   return image
 
 
-def _colorbar(fig, image, ax, fontsize: float = 7):
-  """The weight scale of one heatmap (each panel has its own, so a small maximum stays visible)."""
-  bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+def _colorbar(fig, image, ax, fontsize: float = 7, cax=None):
+  """The weight scale of one heatmap (each panel has its own, so a small maximum stays visible): beside
+  ``ax``, or in ``cax`` where the caller laid it out."""
+  bar = fig.colorbar(image, cax=cax) if cax is not None else fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
   bar.ax.tick_params(labelsize=fontsize)
   return bar
 
@@ -144,8 +145,7 @@ def plot_attention_grid(names: Sequence[str], out_stem: str, length: int = 64,
     x0, y0 = col * panel_w + left, height - top - (row + 1) * panel_h + bottom
     ax = fig.add_axes((x0 / width, y0 / height, side / width, side / height))
     cax = fig.add_axes(((x0 + side + bar_gap) / width, y0 / height, bar_w / width, side / height))
-    bar = fig.colorbar(_draw(ax, matrix, name, fontsize=8), cax=cax)
-    bar.ax.tick_params(labelsize=5.5)
+    _colorbar(fig, _draw(ax, matrix, name, fontsize=8), ax, fontsize=5.5, cax=cax)
   fig.suptitle("\n".join(title_lines), fontsize=10, y=1 - 0.1 / height, va="top")
   return plots.save(fig, out_stem + ".png", out_stem + ".svg", tight=False), errors
 
