@@ -25,9 +25,19 @@ Differences from LRA ``sparse_attention.py``:
 - No dense L×L masked attention: gathers, as above.
 - Defaults derived from the length: ``l = ceil(√L)`` and ``c = min(8, max(1, l // 4))`` (c stays
   constant for long inputs so the summary set grows like √L and the cost like L^1.5). LRA used
-  ``l=50, c=10, first_column=True`` (module default l=128, c=32): pass them explicitly for parity.
-- No CLS row/column of ones: the harness's models pool without a CLS token at position 0 (a CLS token,
-  if any, is an ordinary position here).
+  ``l=50, c=10, first_column=True`` (LRA ``utils/train_utils.py`` injects them; the module default is
+  l=128, c=32) and ANDed the pattern with ``j ≤ i``: the ``lra`` protocol preset passes all four
+  (``configs/lra.py``).
+- **CLS row and column** (``cls_token``): when the encoder pools a CLS token (``classifier_pool='CLS'``)
+  LRA built the pattern on positions 1..L−1 and padded it with a first row and column of ones
+  (``sparse_attention.py`` ``use_cls_token``): the CLS token at position 0 attends to every real key
+  and every query attends to it, even with ``j ≤ i``. ``cls_token=True`` does the same (the harness's
+  ``pooling="CLS"`` prepends a CLS token at position 0 and pools it); it is off by default, where
+  position 0 is an ordinary position of the pattern (then a pooled CLS query sees only its own block
+  and the summary columns: ≈ 20 % of the keys at ListOps length). With ``causal=True`` and
+  ``cls_token=True`` position 0 sees the future, as in LRA: the core is then not strictly causal.
+  The ``lra`` preset turns it on for the tasks that pool a CLS token; it must not be combined with
+  another pooling (position 0 would be an ordinary token made global).
 
 **Strided** (``sparse_strided``), O(L·(3l + L/l)) = O(L^1.5) cost at the default l = ceil(√L).
 The paper (Sec. 4.2) gives head 1 the previous l positions, A¹_i = {max(0, i − l), …, i}, and head 2
@@ -67,11 +77,14 @@ class SparseFixedConfig(AttentionConfig):
     block_len: l, the block (stride) length; ``None`` = ``ceil(√L)``.
     summary: c, summary columns at the end of each block; ``None`` = ``min(8, max(1, l // 4))``.
     first_column: also make column ``j mod l = 0`` a summary column (LRA's variant).
+    cls_token: position 0 is a CLS token that attends to, and is attended by, every position; the
+      pattern covers positions 1..L−1 (LRA with CLS pooling).
   """
 
   block_len: int | None = None
   summary: int | None = None
   first_column: bool = False
+  cls_token: bool = False
   pattern: ClassVar[str] = "fixed"   # which pattern the shared module computes
 
   def __post_init__(self):
@@ -139,18 +152,52 @@ class SparseFixedAttention(nn.Module):
     cfg = self.config
     batch, length = query.shape[:2]
     mask = common.default_mask(mask, batch, length)
-    if cfg.pattern == "strided":
-      size = cfg.block_len or blocks.sqrt_block_size(length)
-      make_parts = _strided_parts
-    else:
-      size, summary = pattern_sizes(length, cfg.block_len, cfg.summary)
-      make_parts = lambda *args: _fixed_parts(*args, offsets=summary_offsets(size, summary, cfg.first_column))
-    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
-    parts = make_parts(blocks.to_blocks(query, size), key, value, mask, size, cfg.causal)
-    out = common.joint_masked_attention(                                             # [B, H, N, Q, V]
-        parts, common.dropout_callback(cfg.dropout_rate, deterministic))
-    out = jnp.transpose(out, (0, 2, 3, 1, 4)).astype(value.dtype)                     # [B, N, Q, H, V]
-    return blocks.from_blocks(out)[:, :length]
+    dropout = common.dropout_callback(cfg.dropout_rate, deterministic)
+    if cfg.pattern == "fixed" and cfg.cls_token:
+      return _with_cls_token(cfg, query, key, value, mask, dropout)
+    return _pattern_attention(cfg, query, key, value, mask, dropout)
+
+
+def _pattern_attention(cfg, query, key, value, mask, dropout, extra_parts=None):
+  """The configured pattern over all positions: [B, L, H, X] inputs -> [B, L, H, V].
+
+  ``extra_parts(q_blocks)`` (optional) returns more ``joint_masked_attention`` parts every query sees
+  (the CLS key of ``cls_token``)."""
+  length = query.shape[1]
+  if cfg.pattern == "strided":
+    size = cfg.block_len or blocks.sqrt_block_size(length)
+    make_parts = _strided_parts
+  else:
+    size, summary = pattern_sizes(length, cfg.block_len, cfg.summary)
+    make_parts = lambda *args: _fixed_parts(*args, offsets=summary_offsets(size, summary, cfg.first_column))
+  query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
+  q_blocks = blocks.to_blocks(query, size)
+  parts = make_parts(q_blocks, key, value, mask, size, cfg.causal)
+  if extra_parts is not None:
+    parts = parts + extra_parts(q_blocks)
+  out = common.joint_masked_attention(parts, dropout)                                # [B, H, N, Q, V]
+  out = jnp.transpose(out, (0, 2, 3, 1, 4)).astype(value.dtype)                     # [B, N, Q, H, V]
+  return blocks.from_blocks(out)[:, :length]
+
+
+def _with_cls_token(cfg, query, key, value, mask, dropout):
+  """``cls_token``: position 0 attends to every real key (one dense row, O(L)); positions 1..L−1 run
+  the pattern among themselves (indices shifted by one, as LRA built it on L − 1 positions) plus the
+  CLS key, all in one softmax per query."""
+  cls_logits = common.dot_logits(query[:, :1], key, "bqhd,bkhd->bhqk")             # [B, H, 1, L]
+  cls_out = common.joint_masked_attention(
+      [(cls_logits, mask[:, None, None, :], common.contraction("bhqk,bkhv->bhqv", value))], dropout)
+  cls_out = jnp.transpose(cls_out, (0, 2, 1, 3)).astype(value.dtype)               # [B, 1, H, V]
+  if query.shape[1] == 1:
+    return cls_out
+
+  def cls_key_part(q_blocks):
+    """Every query block sees the CLS key: logits [B, H, N, Q, 1]."""
+    logits = common.dot_logits(q_blocks, key[:, :1], "bnqhd,bjhd->bhnqj")
+    return [(logits, mask[:, None, None, None, :1], common.contraction("bhnqj,bjhv->bhnqv", value[:, :1]))]
+
+  rest = _pattern_attention(cfg, query[:, 1:], key[:, 1:], value[:, 1:], mask[:, 1:], dropout, cls_key_part)
+  return jnp.concatenate([cls_out, rest], axis=1)
 
 
 def _fixed_parts(q_blocks, key, value, mask, size, causal, *, offsets):

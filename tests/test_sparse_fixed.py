@@ -106,3 +106,51 @@ def test_strided_each_key_counted_once(x64):
   p = effective_matrix(create("sparse_strided", block_len=block_len), zeros, zeros)[0]
   support = strided_definition_mask(length, block_len, False)
   np.testing.assert_allclose(p, support / support.sum(-1, keepdims=True), rtol=1e-12, atol=1e-15)
+
+
+def lra_cls_mask(length, block_len, summary, causal):
+  """bool [L, L] as LRA built it with ``use_cls_token`` (``sparse_attention.py``): the fixed pattern
+  with the first column on positions 1..L−1 (ANDed with j ≤ i when causal), then a first row and a
+  first column of ones."""
+  rest = closed_form_mask(length - 1, block_len, summary, first_column=True)
+  if causal:
+    rest = rest & np.tril(np.ones((length - 1, length - 1), bool))
+  return np.pad(rest, ((1, 0), (1, 0)), constant_values=True)
+
+
+@pytest.mark.parametrize("length, overrides", [
+    (41, {"block_len": 8, "summary": 2, "causal": True}),   # LRA's form: causal, first column, CLS
+    (41, {"block_len": 8, "summary": 2}),
+    (30, {}),                                                 # derived l, c on the L − 1 positions
+])
+def test_cls_token_matches_lra_mask(x64, length, overrides):
+  """``cls_token=True``: dense float64 attention under LRA's CLS-padded mask, with key padding."""
+  overrides = {"first_column": True, "cls_token": True, **overrides}
+  q, k, v = random_qkv(3, 2, length, 2, 4, 3, dtype=jnp.float64)
+  mask = padded_mask(2, length, 7)
+  out = run_core(create("sparse_fixed", **overrides), q, k, v, mask)
+  block_len, summary = sparse_fixed.pattern_sizes(length - 1, overrides.get("block_len"),
+                                                  overrides.get("summary"))
+  allowed = (lra_cls_mask(length, block_len, summary, overrides.get("causal", False))
+             & key_and_causal_mask(mask, False))
+  np.testing.assert_allclose(np.asarray(out)[mask], dense_masked_attention(q, k, v, allowed)[mask],
+                             rtol=1e-10, atol=1e-12)
+
+
+def test_cls_token_row_sees_every_key_and_is_seen_by_every_query(x64):
+  """With q = k = 0 the weights are uniform over the support: the CLS row is 1/L everywhere, every row
+  gives the CLS column a non-zero weight; without ``cls_token`` the CLS row covers far fewer keys."""
+  length = 60
+  zeros = jnp.zeros((1, length, 1, 4), jnp.float64)
+  cfg = dict(block_len=10, summary=2, first_column=True)
+  p = effective_matrix(create("sparse_fixed", cls_token=True, **cfg), zeros, zeros)[0]
+  np.testing.assert_allclose(p[0], np.full(length, 1 / length), rtol=1e-12)
+  assert np.all(p[:, 0] > 0)
+  plain = effective_matrix(create("sparse_fixed", **cfg), zeros, zeros)[0]
+  assert np.count_nonzero(plain[0]) == 10 + 3 * 5   # own block + 3 summary columns of the 5 others
+
+
+def test_cls_token_single_position(x64):
+  q, k, v = random_qkv(1, 1, 1, 2, 4, 3, dtype=jnp.float64)
+  out = run_core(create("sparse_fixed", cls_token=True), q, k, v)
+  np.testing.assert_allclose(np.asarray(out), np.asarray(v), rtol=1e-12)
