@@ -46,8 +46,18 @@ Differences from the reference code (LRA ``sinkhorn_transformer/sinkhorn_attenti
   works with ``sort_activation="softmax"`` only, else ``NotImplementedError``.
 - **Causal**: the summary is the block's first key (what LRA's ``cumsum(...)[:, 0]`` computed) and P
   only mixes earlier blocks (``J < I``); LRA added a position-level causal mask to block logits.
-- Defaults: S = ceil(√L) and M = blocks at init (LRA: block 50, ``max_num_blocks`` 25); pass
-  ``block_size=50, max_num_blocks=25, grouping="strided"`` for LRA's sizes.
+- Defaults: S = ceil(√L) and M = blocks at init (LRA: block 50, ``max_num_blocks`` 25; the Image and
+  Pathfinder configs block 64); pass ``block_size=50, grouping="strided"`` for LRA's sizes.
+
+**LRA's code as it ran** (``lra_noop_sort=True``, what the ``lra`` protocol runs, so that its deltas
+against LRA's "Sinkhorn Trans." row compare the same computation): every sorted block is the slot-wise
+sum of the real keys (values) of ALL blocks, ``k̃[I, s] = Σ_J m[J, s] k[J, s]`` for every I (LRA's
+einsum times ``Σ_l P = 1``), and the own-block and sorted-block softmaxes are separate and ADDED (rows
+of the effective matrix sum to 2). The sort net is still built (LRA built it) but gets no gradient.
+Differences that remain: padding is masked per block (LRA reshaped its padding mask into contiguous
+blocks while grouping strided, and summed padded keys into the sorted blocks), the sequence is padded
+to a block multiple (LRA required L to be a multiple of S), and it has no causal form
+(``NotImplementedError``). ``sort_activation``, ``n_iters`` and ``temperature`` have no effect in it.
 """
 
 from __future__ import annotations
@@ -73,6 +83,8 @@ class SinkhornConfig(AttentionConfig):
     n_iters: Sinkhorn row/column normalisation rounds (LRA 1).
     temperature: R is divided by it before the Sinkhorn operator (LRA 1.0).
     grouping: ``"contiguous"`` or ``"strided"`` (LRA's reshape).
+    lra_noop_sort: LRA's code as it ran: sorted block = slot-wise sum of all blocks, two softmaxes
+      added (module docstring).
   """
 
   block_size: int | None = None
@@ -81,6 +93,7 @@ class SinkhornConfig(AttentionConfig):
   n_iters: int = 1
   temperature: float = 1.0
   grouping: str = "contiguous"
+  lra_noop_sort: bool = False
 
   paper_name = "Sinkhorn Trans."
   rows_sum_to_one = False  # at most 1: the sorted block is P·K over real keys, not renormalised
@@ -145,10 +158,11 @@ class SinkhornAttention(nn.Module):
                mask: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
-    if cfg.causal and (cfg.sort_activation != "softmax" or cfg.grouping != "contiguous"):
+    if cfg.causal and (cfg.sort_activation != "softmax" or cfg.grouping != "contiguous"
+                       or cfg.lra_noop_sort):
       raise NotImplementedError("causal sinkhorn needs sort_activation='softmax' (Sinkhorn column "
-                                "normalisation mixes later blocks) and grouping='contiguous' "
-                                "(strided blocks mix past and future)")
+                                "normalisation mixes later blocks), grouping='contiguous' "
+                                "(strided blocks mix past and future) and lra_noop_sort=False")
     batch, length, _, dim = query.shape
     mask = common.default_mask(mask, batch, length)
     size = cfg.block_size or blocks.sqrt_block_size(length)
@@ -163,8 +177,11 @@ class SinkhornAttention(nn.Module):
     bias = self.param("sort_bias", nn.initializers.zeros, (width,), jnp.float32)
     qb, kb, vb, mb = (group(x, size, cfg.grouping) for x in (query, key, value, mask))
     perm = self.permutation(kb, mb, kernel[:, :num_blocks], bias[:num_blocks])   # [B, H, I, J]
+    if cfg.lra_noop_sort:  # LRA's einsum: every sorted block sums all blocks (Σ_l P = 1)
+      perm = jnp.ones_like(perm)
     out = _attend(qb, kb, vb, mb, perm, cfg.causal,
-                  common.dropout_callback(cfg.dropout_rate, deterministic))       # [B, N, S, H, V]
+                  common.dropout_callback(cfg.dropout_rate, deterministic),
+                  separate=cfg.lra_noop_sort)                                     # [B, N, S, H, V]
     return ungroup(out, cfg.grouping)[:, :length].astype(value.dtype)
 
   def permutation(self, kb, mb, kernel, bias):
@@ -184,9 +201,10 @@ class SinkhornAttention(nn.Module):
     return sinkhorn_operator(logits, allowed, cfg.n_iters, cfg.temperature)
 
 
-def _attend(qb, kb, vb, mb, perm, causal, dropout):
+def _attend(qb, kb, vb, mb, perm, causal, dropout, separate=False):
   """Own block + sorted block: qb, kb [B, N, S, H, D], vb [B, N, S, H, V], mb [B, N, S],
-  perm [B, H, I, J] -> [B, N, S, H, V]."""
+  perm [B, H, I, J] -> [B, N, S, H, V]. One softmax over both, or (``separate``, LRA's code) one
+  softmax per block with the two outputs added."""
   acc = common.accum_dtype(kb, perm)
   weight = jnp.einsum("bhij,bjs->bhis", perm, mb.astype(acc))                        # [B, H, I, K]
 
@@ -201,8 +219,10 @@ def _attend(qb, kb, vb, mb, perm, causal, dropout):
   if causal:
     own_allowed = own_allowed & common.causal_allowed(qb.shape[2], kb.shape[2])
   sorted_allowed = (weight > 0)[:, :, :, None, :]                                    # [B, H, N, 1, K]
-  out = common.joint_masked_attention([
-      (own_logits, own_allowed, common.contraction("bhnqk,bnkhv->bhnqv", vb)),
-      (sorted_logits, sorted_allowed, common.contraction("bhnqk,bnkhv->bhnqv", mix(vb))),
-  ], dropout)
+  parts = [(own_logits, own_allowed, common.contraction("bhnqk,bnkhv->bhnqv", vb)),
+           (sorted_logits, sorted_allowed, common.contraction("bhnqk,bnkhv->bhnqv", mix(vb)))]
+  if separate:
+    out = sum(common.joint_masked_attention([part], dropout) for part in parts)
+  else:
+    out = common.joint_masked_attention(parts, dropout)
   return jnp.transpose(out, (0, 2, 3, 1, 4))

@@ -146,3 +146,56 @@ def test_rows_sum_to_at_most_one_and_to_one_without_partial_blocks():
   assert np.all(p.sum(-1)[real] <= 1.0 + 1e-5) and np.all(p >= -1e-7)
   assert np.any(p.sum(-1)[real] < 1.0 - 1e-3), "a partly padded block must leave some rows below 1"
   np.testing.assert_allclose(p[1].sum(-1), 1.0, atol=1e-5)  # example 1 has no padding: 6 full blocks
+
+
+def lra_noop_reference(q, k, v, mask, *, size):
+  """float64 transcription of LRA's Sinkhorn attention as it ran (``sinkhorn_attention.py``, softmax
+  sort, strided reshape [B, S, N]): block n = positions n + N·s; every sorted block holds, at slot s,
+  the sum of the keys (values) at slot s of all blocks (einsum 'bskhd,bnhl->bsnhd' times Σ_l P = 1);
+  own-block softmax + sorted-block softmax, added. Padded keys are left out (masked, summed as 0)."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  batch, length, heads, dim = q.shape
+  num = length // size
+  real = np.asarray(mask, bool)
+  out = np.zeros(v.shape)
+
+  def softmax_attend(query, keys, vals):
+    z = keys @ query / np.sqrt(dim)
+    w = np.exp(z - z.max())
+    return w @ vals / w.sum()
+
+  for b in range(batch):
+    for h in range(heads):
+      km = k[b, :, h] * real[b, :, None]
+      vm = v[b, :, h] * real[b, :, None]
+      slots = [range(s * num, (s + 1) * num) for s in range(size)]        # slot s of every block
+      sorted_k = np.array([km[list(r)].sum(0) for r in slots if real[b, list(r)].any()])
+      sorted_v = np.array([vm[list(r)].sum(0) for r in slots if real[b, list(r)].any()])
+      for p in range(length):
+        if not real[b, p]:
+          continue
+        own = [t for t in range(p % num, length, num) if real[b, t]]
+        out[b, p, h] = (softmax_attend(q[b, p, h], k[b, own, h], v[b, own, h])
+                        + softmax_attend(q[b, p, h], sorted_k, sorted_v))
+  return out
+
+
+def test_lra_noop_sort_matches_lra_code_as_run(x64):
+  """``lra_noop_sort=True`` (what the ``lra`` protocol runs) = the transcription above, whatever the
+  sort net holds; the paper form differs from it."""
+  length, size = 42, 6
+  q, k, v = random_qkv(4, 2, length, 2, 4, 3, dtype=jnp.float64)
+  mask = padded_mask(2, length, 7)
+  mask[1, 10:14] = False
+  core = create("sinkhorn", block_size=size, grouping="strided", lra_noop_sort=True)
+  out, variables = init_apply(core, q, k, v, mask)
+  expected = lra_noop_reference(q, k, v, mask, size=size)
+  np.testing.assert_allclose(np.asarray(out)[mask], expected[mask], rtol=1e-9, atol=1e-12)
+  moved = {"params": {"sort_kernel": 5.0 * variables["params"]["sort_kernel"],
+                      "sort_bias": variables["params"]["sort_bias"] + 1.0}}
+  np.testing.assert_allclose(np.asarray(init_apply(core, q, k, v, mask, moved)[0])[mask], expected[mask],
+                             rtol=1e-9, atol=1e-12)
+  paper, _ = init_apply(create("sinkhorn", block_size=size, grouping="strided"), q, k, v, mask)
+  assert not np.allclose(np.asarray(paper)[mask], expected[mask], atol=1e-3)
+  with pytest.raises(NotImplementedError):
+    init_apply(create("sinkhorn", causal=True, lra_noop_sort=True), q, k, v)
