@@ -14,6 +14,12 @@ import ml_collections
 from configs import lra
 
 
+# Per-attention settings: LRA's (the Combiner paper copies LRA's rows but Pathfinder; the Combiner cores
+# have no released LRA settings: google-research's combiner/ code has no LRA configs).
+attention_settings = lra.attention_settings
+PUBLISHED_DIFFERENCES = lra.PUBLISHED_DIFFERENCES
+
+
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:
   c = lra.get_config(task)
   c.protocol = "combiner"

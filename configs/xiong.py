@@ -30,6 +30,42 @@ TRAINING = {
 }
 
 
+# Per-attention settings of lra_config.py's ``extra_attn_config`` (the same for every task), applied by
+# ``load_config`` when the attention is chosen (docs/lra_protocol.md §7).
+NYSTROM = {"conv_kernel": 35,          # conv_kernel_size 35 for every nystrom-<m>
+           # attention_nystrom.py tests `inv_coeff_init_option` but reads `inv_init_coeff_option`, so
+           # its reachable pinv initialisation is "original": one max over batch and heads.
+           "pinv_init": "batch"}
+ATTENTION_KWARGS = {
+    "linformer": {"k": 256},                                       # linformer-256: linformer_k 256
+    "reformer": {"n_hashes": 2},                                   # reformer-2: num_hash 2
+    "performer": {"nb_features": 256},                             # performer-256: rp_dim 256
+    "nystromformer": {"num_landmarks": 64, **NYSTROM},             # nystrom-64
+    "nystromformer_32": {"num_landmarks": 32, **NYSTROM},
+    "nystromformer_128": {"num_landmarks": 128, **NYSTROM},
+    "nystromformer_256": {"num_landmarks": 256, **NYSTROM},
+    "vanilla": {},                                                 # softmax
+    "linear_transformer": {},                                      # linear: elu + 1
+}
+# Settings of the published rows (lra_followups_accuracy.csv) these runs cannot match ("" = same).
+PUBLISHED_DIFFERENCES = {
+    "vanilla": "",
+    "nystromformer": "",
+    "linformer": ("attention_linformer.py keeps one projection per head shared by all layers, N(0, 0.02) "
+                  "init; this core: one per layer shared by the heads, Xavier init"),
+    "reformer": ("HuggingFace transformers' LSHSelfAttention (buckets from the length, chunks of 64, one "
+                 "chunk back): trax's form as this core's default, not compared line by line"),
+    "performer": ("kernel_type relu over a 256-dim random projection (performer_pytorch generalized "
+                  "attention), which this core has no form for: it runs FAVOR+ softmax with 256 features"),
+}
+
+
+def attention_settings(config: ml_collections.ConfigDict) -> dict:
+  """Config key -> value Xiong et al. ran for ``config.model.attention`` (every task alike)."""
+  kwargs = ATTENTION_KWARGS.get(config.model.attention, {})
+  return {f"model.attention_kwargs.{name}": value for name, value in kwargs.items()}
+
+
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:
   c = lra.get_config(task)
   c.protocol = "xiong"

@@ -115,8 +115,10 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = (), *, atte
                 extend: Callable[[ml_collections.ConfigDict], None] | None = None) -> ml_collections.ConfigDict:
   """The locked, validated config of ``task`` under ``protocol``.
 
-  ``attention`` / ``seed`` replace the protocol's; ``extend(config)`` may add sections (the benchmark's
-  ``bench``) before ``overrides`` are applied, so those sections can be overridden too.
+  ``attention`` / ``seed`` replace the protocol's (an override ``model.attention=...`` chooses the
+  attention too); the protocol's per-attention settings (``attention_settings(config)`` of its module,
+  e.g. what LRA ran for that model on that task) are applied next; ``extend(config)`` may add sections
+  (the benchmark's ``bench``); ``overrides`` come last, so they win over all of these.
   """
   if protocol not in list_protocols():
     raise ConfigError(f"unknown protocol {protocol!r}; known protocols: {', '.join(list_protocols())}")
@@ -125,8 +127,11 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = (), *, atte
     config = importlib.import_module(f"configs.{protocol}").get_config(task)
   except ValueError as err:
     raise ConfigError(str(err)) from None
+  overrides = list(overrides)
+  attention = attention if attention is not None else _overridden(overrides, "model.attention")
   if attention is not None:
     config.model.attention = attention
+  apply_settings(config, protocol_settings(protocol, config))
   if seed is not None:
     config.seed = int(seed)
   if extend is not None:
@@ -135,6 +140,30 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = (), *, atte
   apply_overrides(config, overrides)
   validate(config)
   return config
+
+
+def _overridden(overrides: list[str], key: str) -> str | None:
+  """The (unquoted) value the last ``key=value`` of ``overrides`` gives ``key``, else None."""
+  values = [item.split("=", 1)[1].strip() for item in overrides
+            if "=" in item and item.split("=", 1)[0].strip() == key]
+  return _unquote(values[-1]) if values else None
+
+
+def protocol_settings(protocol: str, config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Config key -> value that ``protocol`` sets for ``config``'s attention and task (``{}`` if the
+  protocol module has no ``attention_settings``)."""
+  settings = getattr(importlib.import_module(f"configs.{protocol}"), "attention_settings", None)
+  return dict(settings(config)) if settings is not None else {}
+
+
+def apply_settings(config: ml_collections.ConfigDict, settings: dict[str, Any]) -> None:
+  """Sets dotted ``key: value`` pairs on an unlocked config (new keys only below ``OPEN_SECTIONS``)."""
+  for key, value in settings.items():
+    parent, _, leaf = key.rpartition(".")
+    section = config_path.get_value(parent, config) if parent else config
+    if leaf not in section and parent not in OPEN_SECTIONS:
+      raise ConfigError(f"protocol setting {key!r} is not a config key")
+    section[leaf] = value
 
 
 # Ranges of the numeric keys: (key, kind, low, high, what). ``int`` keys take Python ints only (True is
