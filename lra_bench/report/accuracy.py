@@ -21,7 +21,8 @@ import attention_zoo
 import tasks as tasks_lib
 from lra_bench.experiments import results
 from lra_bench.report.reference import (AVG_TASKS, FOLLOWUP_NAMES, REFERENCE_COLUMN, TASK_ORDER, TASK_TITLES,
-                                        comparable, number, paper_name, reference_accuracy)
+                                        comparable, followup_settings, number, paper_name,
+                                        protocol_settings_notes, reference_accuracy, settings_text)
 from lra_bench.report.tables import Table
 from lra_bench.training import config as config_lib
 
@@ -323,7 +324,7 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
 
 def _published_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, task_names: list[str],
                      attentions: list[str]) -> Table:
-  pub_columns = ["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names], "Avg", "Source"]
+  pub_columns = ["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names], "Avg", "Settings", "Source"]
   pub_rows = []
   for a in attentions:
     if paper_name(a) is None:
@@ -333,10 +334,14 @@ def _published_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame
     sources = sorted({s for s in cells[cells.attention == a]["reference_source"] if isinstance(s, str)})
     if all(number(v) is None for v in values):
       continue
-    pub_rows.append([paper_name(a), a, *[_fmt(v) for v in values], _fmt(avg), ", ".join(sources)])
+    pub_rows.append([paper_name(a), a, *[_fmt(v) for v in values], _fmt(avg), settings_text(protocol, a),
+                     ", ".join(sources)])
   return Table(pub_columns, pub_rows, left=2, caption=(
-      "Published test accuracy (%) of the same models (reports/reference/; lra_paper_table1 = Tay et al. "
-      "2021 Table 1, combiner_paper_table5 = Ren et al. 2021 Table 5)."))
+      "Published test accuracy (%) of the models of these names (reports/reference/; lra_paper_table1 = "
+      "Tay et al. 2021 Table 1, combiner_paper_table5 = Ren et al. 2021 Table 5). Settings: `same` = our "
+      f"runs under `{protocol}` used the original's settings for that model (the same model); `differs` = "
+      "they did not, see the protocol notes below."),
+      notes=protocol_settings_notes(protocol, attentions, task_names))
 
 
 def _delta_table(cells: pd.DataFrame, task_names: list[str], attentions: list[str]) -> Table:
@@ -396,9 +401,11 @@ def followups_table(followups: pd.DataFrame) -> Table | None:
     return None
   task_names = list(AVG_TASKS) + ["pathx"]
   rows = [[r["model"], FOLLOWUP_NAMES.get(r["model"], "—"), r["protocol"],
-           *[r.get(REFERENCE_COLUMN.get(t, t), "") or "" for t in task_names], r.get("avg5", ""), r["source"]]
+           *[r.get(REFERENCE_COLUMN.get(t, t), "") or "" for t in task_names], r.get("avg5", ""), r["source"],
+           followup_settings(r["source"], FOLLOWUP_NAMES.get(r["model"]))]
           for _, r in followups.iterrows()]
-  columns = ["Model", "Attention", "Protocol", *[TASK_TITLES[t] for t in task_names], "Avg (5)", "Source"]
+  columns = ["Model", "Attention", "Protocol", *[TASK_TITLES[t] for t in task_names], "Avg (5)", "Source",
+             "Our settings"]
   return Table(columns, rows, left=3, caption=(
       f"{FOLLOWUPS_TITLE}: test accuracy (%) as published, each under the protocol named in its row "
       "(model size, training budget, data handling differ from LRA's), from "

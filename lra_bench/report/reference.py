@@ -8,8 +8,9 @@ each file and its sources.
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,13 +27,22 @@ TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "
                "pathfinder": "Pathfinder", "pathx": "Path-X"}
 REFERENCE_COLUMN = {"pathx": "path_x"}  # our task name -> column of lra_paper_accuracy.csv
 
-# Our attention names -> the model names of the LRA / Combiner papers (rows of the reference CSVs).
+# Our attention names -> the model names of the LRA / Combiner papers (rows of the reference CSVs). A name
+# match is not a settings match: ``published_settings`` says whether a protocol runs the original's.
 PAPER_NAMES = {"vanilla": "Transformer", "performer": "Performer", "bigbird": "BigBird",
                "sparse_fixed": "Sparse Trans.", "combiner_fixed": "Combiner-Fixed",
                "local": "Local Attention", "longformer": "Longformer", "linformer": "Linformer",
                "reformer": "Reformer", "sinkhorn": "Sinkhorn Trans.", "synthesizer": "Synthesizer",
                "linear_transformer": "Linear Trans."}
 PAPER_PREFIXES = {"combiner_axial_": "Combiner-Axial"}
+# The Combiner paper's LRA code and configs are not released (google-research's combiner/ has a causal LM
+# demo only); its "Combiner-Axial" row is one of the three axial cores, which one is not known (the
+# released code's only model called "axial" is the row-major one).
+UNKNOWN_SETTINGS = {
+    "combiner_": "the Combiner paper's LRA settings are not released: the core's registered defaults ran",
+    "combiner_axial_": ("which axial variant the Combiner paper ran on LRA is unknown (its LRA code is not "
+                        "released; the released code's only \"axial\" model is row-major)"),
+}
 
 # Which published numbers a protocol is comparable with: (source, columns taken from it; None = all).
 # The Combiner paper copies the LRA numbers except Pathfinder, which it reran on the intermediate
@@ -57,6 +67,80 @@ def paper_name(attention: str) -> str | None:
     if attention.startswith(prefix):
       return name
   return None
+
+
+def published_differences(protocol: str) -> dict[str, str]:
+  """attention -> what its runs under ``protocol`` still set differently from the published row ("" =
+  the same settings): the protocol module's ``PUBLISHED_DIFFERENCES`` (``configs/<protocol>.py``)."""
+  try:
+    module = importlib.import_module(f"configs.{protocol}")
+  except ImportError:
+    return {}
+  return dict(getattr(module, "PUBLISHED_DIFFERENCES", {}))
+
+
+def published_settings(protocol: str, attention: str) -> tuple[bool, str]:
+  """(same settings as its LRA / Combiner table row?, what differs) for ``attention``'s runs under
+  ``protocol``: never the same under a protocol that is not the paper's (``COMPARABLE``)."""
+  if not comparable(protocol):
+    return False, f"protocol `{protocol}` is not the paper's protocol"
+  return preset_match(protocol, attention)
+
+
+def preset_match(protocol: str, attention: str) -> tuple[bool, str]:
+  """(same settings as the published row of ``protocol``'s source?, what differs).
+
+  Same only where the protocol's per-attention preset is the original's (``PUBLISHED_DIFFERENCES[a]``
+  is empty); an attention the protocol has no preset for ran its registered defaults, which are not
+  known to be the original's."""
+  differences = published_differences(protocol)
+  if attention in differences:
+    return differences[attention] == "", differences[attention]
+  for prefix in sorted(UNKNOWN_SETTINGS, key=len, reverse=True):
+    if attention.startswith(prefix):
+      return False, UNKNOWN_SETTINGS[prefix]
+  return False, f"protocol `{protocol}` has no preset of the original's settings: the registered defaults ran"
+
+
+def settings_text(protocol: str, attention: str) -> str:
+  """"same" or "differs" (the report's Settings column)."""
+  return "same" if published_settings(protocol, attention)[0] else "differs"
+
+
+def _format_settings(settings: dict[str, Any]) -> str:
+  short = lambda key: key.replace("model.attention_kwargs.", "").replace("model.", "").replace("optimizer.", "")
+  return ", ".join(f"{short(k)}={v}" for k, v in settings.items()) or "the task config (no change)"
+
+
+def protocol_settings_notes(protocol: str, attentions: Sequence[str], tasks: Sequence[str]) -> list[str]:
+  """The report's protocol notes: per attention, the settings the protocol's preset ran on each task
+  (tasks with equal settings grouped), and for each published row whether it is the same model."""
+  from lra_bench.training import config as config_lib  # flax-free, but keep the report import light
+
+  notes = []
+  for attention in attentions:
+    groups: dict[str, list[str]] = {}
+    for task in tasks:
+      try:
+        settings = config_lib.load_config(protocol, task, attention=attention)
+      except (config_lib.ConfigError, ValueError):
+        continue
+      base = config_lib.protocol_settings(protocol, settings)
+      groups.setdefault(_format_settings(base), []).append(TASK_TITLES.get(task, task))
+    ran = "; ".join(f"{', '.join(names)}: {text}" for text, names in groups.items())
+    same, differs = published_settings(protocol, attention)
+    name = paper_name(attention)
+    row = ("" if name is None else
+           f" Published row \"{name}\": {'same settings' if same else 'different settings — ' + differs}.")
+    if ran or row:
+      notes.append(f"`{attention}` under `{protocol}` ran {ran or 'nothing (no task config)'}.{row}")
+  if protocol in ("lra", "combiner") and attentions:
+    notes.append("Where LRA's code differs from its paper, `lra` runs the code as LRA ran it: Sinkhorn's sort "
+                 "was a no-op (`lra_noop_sort`: every sorted block sums all blocks, two softmaxes added), "
+                 "Reformer multiplied its logits by √D (`lra_sqrt_d_quirk`), the Sparse Transformer was causal "
+                 "with a CLS row and column of ones (`causal`, `cls_token`); `smoke` and the cores' defaults "
+                 "are the papers' forms (docs/lra_protocol.md §7).")
+  return notes
 
 
 def comparable(protocol: str) -> bool:
@@ -107,6 +191,20 @@ FOLLOWUP_NAMES = {"Nystromformer": "nystromformer", "Skyformer": "skyformer", "F
                   "Luna-256": "luna", "H-Transformer-1D": "h_transformer_1d", "Standard": "vanilla",
                   "Reformer (2 hashes)": "reformer", "Linformer (k=256)": "linformer",
                   "Performer (256)": "performer"}
+
+
+# Which of our protocols reproduces a follow-up source's setup (its per-model settings in configs/).
+FOLLOWUP_PROTOCOLS = {"xiong_2021_table3": "xiong"}
+
+
+def followup_settings(source: str, attention: str | None) -> str:
+  """The follow-up table's "Our settings" cell: whether our protocol for that source runs the row's
+  per-model settings ("same (`xiong`)"), what differs, or "—" (no protocol of ours reproduces it)."""
+  protocol = FOLLOWUP_PROTOCOLS.get(source)
+  if protocol is None or attention is None:
+    return "—"
+  same, differs = preset_match(protocol, attention)
+  return f"same (`{protocol}`)" if same else f"differs (`{protocol}`): {differs}"
 
 
 def load_followups(reference_dir: str | None = None) -> pd.DataFrame:
