@@ -35,7 +35,7 @@ Differences from the original (LRA ``bigbird_attention.py``):
   fixed for the run, one layer pattern per module path (the original seeded with the layer index),
   different per head, distinct within a row, never a window or global block. By default they come
   from **all** middle blocks; ``rand_block_span`` (tokens) restores the original's cap (LRA: 1024,
-  random blocks only from the first 1024 tokens).
+  random blocks only from the first 1024 tokens; the ``lra`` protocol preset sets it, with block 64).
 - Causal (not in the original): the pattern above ANDed with ``j ≤ i``; random blocks are then drawn
   only from past blocks (``≤ b−2``) so none is wasted.
 - Attention dropout is applied to the sparse probabilities (the original had none in this path).

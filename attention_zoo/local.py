@@ -18,8 +18,11 @@ and with ``j ≤ i`` inside the group when causal). Two groupings:
 Differences from LRA ``local_attention.py``:
 
 - Default grouping is contiguous (see above); ``"lra_strided"`` gives LRA's groups.
-- Block size: ``block_size=50``, the value ``LocalTransformerEncoder`` passes (and that LRA Table 1
-  used); the attention module's own default of 20 is never reached in LRA.
+- Block size: ``block_size=50``, the value ``LocalTransformerEncoder`` passes, which LRA ran on ListOps,
+  Text and Retrieval; its Image and Pathfinder configs set 64 (``image/configs/cifar10/local_base.py``,
+  ``image/configs/pathfinder32/local_base.py``, forwarded by ``image/train.py``). The attention
+  module's own default of 20 is never reached in LRA. The ``lra`` protocol preset (``configs/lra.py``)
+  passes the per-task size with ``grouping="lra_strided"``.
 - Padding is masked per group. LRA cut its padding mask into *contiguous* blocks while its attention
   groups were strided, so each group was masked with another block's padding pattern (and its own
   alignment padding was filled with -1e9 in a float mask whose products decide what is allowed).
@@ -49,7 +52,7 @@ class LocalConfig(AttentionConfig):
   """Local attention options.
 
   Attributes:
-    block_size: S, tokens per group (LRA: 50).
+    block_size: S, tokens per group (LRA: 50; 64 on Image and Pathfinder).
     grouping: ``"contiguous"`` (blocks of consecutive tokens, default) or ``"lra_strided"`` (LRA's
       reshape: tokens ``t ≡ r mod N`` grouped, with LRA's always-at-least-one-token padding).
   """

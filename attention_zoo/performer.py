@@ -15,6 +15,13 @@ matrix by :func:`attention_zoo.linear_attention.feature_attention`: ``φ(Q) (φ(
 - ``kernel="relu"`` — the generalized kernel LRA actually ran for Text/Retrieval/Image/Pathfinder:
   ``φ(x) = relu(x) + kernel_epsilon`` (1e-3), deterministic, no random features, no temperature.
 
+What LRA ran (the ``lra`` protocol preset, ``configs/lra.py``, runs the same): the ReLU kernel on Text,
+Retrieval, Image and Pathfinder (``performer.py``: ``_DEFAULT_ATTENTION_FN_CLS = 'generalized'``), and on
+ListOps FAVOR+ softmax with **2** random features and ``ortho_scaling=0`` (chi norms):
+``listops/configs/performer_base.py``. LRA's core had no attention dropout (the preset sets it to 0).
+The default here (FAVOR+, M = 256) is the Performer paper's; Xiong et al.'s "Performer (256)" used a
+ReLU feature map over a 256-dim random projection (performer_pytorch), which has no form here.
+
 Differences from the reference code (google-research ``fast_attention.py`` / the LRA fork):
 
 - **Padding is masked**: padded keys get zero features, so they get exactly zero weight (upstream ignored

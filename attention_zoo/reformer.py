@@ -48,6 +48,10 @@ Differences from the reference code (LRA ``reformer/reformer_attention.py``; ori
   exact causal attention without self.
 - **Dropout** on the attention weights (joint softmax, so it drops (query, window key) pairs of all
   rounds); LRA had none in this core.
+- The ``lra`` protocol preset (``configs/lra.py``) runs LRA's form: ``chunk_len=None, n_buckets=10,
+  n_hashes=1, lra_sqrt_d_quirk=True, normalize_keys=False, mask_self=False, redraw="fixed"`` and no
+  attention dropout; the ``xiong`` preset ``n_hashes=2`` (Xiong et al. ran HuggingFace's LSH attention,
+  trax's form as the default here).
 - Duplicate keys are not removed: with R > 1 a key can be in the windows of several rounds (and,
   across a round boundary, twice in one window) and then counts once per occurrence, as in trax/LRA.
 """

@@ -42,6 +42,10 @@ paper's code is not public in JAX):
   shares a window with another depends on the scores of future tokens, so a position mask inside the
   windows (lucidrains' causal form) still lets the future change past outputs.
 - No local-attention heads (lucidrains mixes local and routing heads); that is a model choice.
+- **Always shared QK**: the model's key projection is ignored and the queries (normalised) are the keys,
+  causal or not. lucidrains shares QK only when causal (``shared_qk = default(shared_qk, causal)``); its
+  non-causal default clusters queries and keys together and routes them separately, so a window's
+  queries and its keys are different token sets, with the keys from the key projection.
 """
 
 from __future__ import annotations
