@@ -3,7 +3,8 @@
 Values are the repo's ``lra_benchmarks/<task>/configs/base_*_config.py`` plus the model's
 ``transformer_base.py``; the repo configs are authoritative over the paper appendix (as its maintainers
 said in LRA issues #17 and #21). The settings and the model are written out in docs/lra_protocol.md
-(§2 per-task table, §3 model).
+(§2 per-task table, §3 model). ``attention_settings`` (below) adds what LRA ran for each Table 1 model
+(§7), applied by ``load_config`` when the attention is chosen.
 
   lra-bench train --task listops --attention vanilla --protocol lra --workdir runs/listops_vanilla
 """
