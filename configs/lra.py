@@ -173,7 +173,7 @@ TASKS = {"listops": listops, "text": text, "retrieval": retrieval, "image": imag
 
 
 # --- Per-attention settings: what LRA ran for each Table 1 model, per task -------------------------------
-# ``load_config`` applies ``attention_settings(attention, task)`` (config key -> value) when the attention
+# ``load_config`` applies ``attention_settings(config)`` (config key -> value) when the attention
 # is chosen, before the command line's overrides, so a record's config shows what ran. Sources, all in
 # google-research/long-range-arena @ cd31e5c (paths under lra_benchmarks/): the model packages'
 # encoder defaults (models/<name>/<name>.py), utils/train_utils.py (get_model), listops/configs/
@@ -186,7 +186,8 @@ NO_ATTENTION_DROPOUT = {"model.attention_dropout_rate": 0.0}  # the LRA core app
 
 
 def _sizes(layers: int, heads: int, emb: int, qkv: int, mlp: int, **more) -> dict:
-  """An image/<task>/<model>_base.py model size (num_layers, num_heads, emb/qkv/mlp dims) and more keys."""
+  """An image/configs/<task>/<model>_base.py model size (layers, heads, emb/qkv/mlp dims); ``more``:
+  further keys, ``__`` standing for ``.`` (``model__dropout_rate``)."""
   return {"model.num_layers": layers, "model.num_heads": heads, "model.emb_dim": emb, "model.qkv_dim": qkv,
           "model.mlp_dim": mlp, **{key.replace("__", "."): value for key, value in more.items()}}
 
