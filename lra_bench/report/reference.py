@@ -132,7 +132,7 @@ def protocol_settings_notes(protocol: str, attentions: Sequence[str], tasks: Seq
     name = paper_name(attention)
     row = ("" if name is None else
            f" Published row \"{name}\": {'same settings' if same else 'different settings — ' + differs}.")
-    if ran or row:
+    if row or any(text != _format_settings({}) for text in groups):
       notes.append(f"`{attention}` under `{protocol}` ran {ran or 'nothing (no task config)'}.{row}")
   if protocol in ("lra", "combiner") and attentions:
     notes.append("Where LRA's code differs from its paper, `lra` runs the code as LRA ran it: Sinkhorn's sort "
