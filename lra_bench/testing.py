@@ -56,8 +56,8 @@ import numpy as np
 import attention_zoo
 
 CHECKS = ("config", "float32", "bfloat16", "jit", "gradients", "depends_on_qk", "padding_appended",
-          "padding_inserted", "padding_zero_weight", "nonnegative", "rows_sum_to_one", "support", "causal", "determinism",
-          "dropout_unbiased")
+          "padding_inserted", "padding_zero_weight", "nonnegative", "rows_sum_to_one", "support", "causal",
+          "determinism", "dropout_unbiased")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,7 +345,8 @@ def _redrawn_outputs(name: str, o: Options) -> tuple[np.ndarray, dict[str, np.nd
     _, _, apply, (q, k, v), mask = _padded_setup(name, o)
     real = mask[:, :, None, None]
     q2, k2, _ = random_qkv(6, 3, o.length, 2, 8, 8)
-    moved = {"query": apply(jnp.where(real, q2, q), k, v, mask), "key": apply(q, jnp.where(real, k2, k), v, mask)}
+    moved = {"query": apply(jnp.where(real, q2, q), k, v, mask),
+             "key": apply(q, jnp.where(real, k2, k), v, mask)}
     return np.asarray(apply(q, k, v, mask)), {x: np.asarray(out) for x, out in moved.items()}, mask
   return _memo(("redrawn_outputs", *_core_key(name), o.length, o.pad), compute)
 

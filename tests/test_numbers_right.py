@@ -176,7 +176,8 @@ def scripted_steps(monkeypatch, make_step):
   """Replaces the compiled train step of ``loop.Run`` with ``make_step(initial state)``; the compile
   statistics become known numbers (compile 0.5 s, 123 FLOPs, 456 bytes compiled, 78 temporary)."""
   analysis = {"flops": 123.0, "compiled_memory_bytes": 456, "temp_bytes": 78}
-  monkeypatch.setattr(loop, "compile_train_step", lambda placed, state, shapes: (make_step(state), 0.5, analysis))
+  monkeypatch.setattr(loop, "compile_train_step",
+                      lambda placed, state, shapes: (make_step(state), 0.5, analysis))
   return analysis
 
 
@@ -184,7 +185,8 @@ def _frequency(labels, label):
   return sum(y == label for y in labels) / len(labels)
 
 
-def test_test_accuracy_is_the_test_split_with_the_best_validation_parameters(listops_dir, tmp_path, monkeypatch):
+def test_test_accuracy_is_the_test_split_with_the_best_validation_parameters(listops_dir, tmp_path,
+                                                                            monkeypatch):
   """Step s sets the head to predict one class c_s for every input: the accuracy of a split is then
   the frequency of c_s in its labels (read from the files). c_2 is validation's most frequent class, c_3
   a rarer one: the best step is 2 and the last is 3. The record must say test = freq_test(c_2); scoring
@@ -204,7 +206,8 @@ def test_test_accuracy_is_the_test_split_with_the_best_validation_parameters(lis
     def step(state, batch):
       s = int(state.step) + 1
       metrics = {"loss": np.float32(1.0), "accuracy": np.float32(0.0), "grad_norm": np.float32(0.0)}
-      return state.replace(step=jnp.asarray(s, jnp.int32), params=constant_class(initial.params, schedule[s])), metrics
+      params = constant_class(initial.params, schedule[s])
+      return state.replace(step=jnp.asarray(s, jnp.int32), params=params), metrics
     return step
 
   analysis = scripted_steps(monkeypatch, make_step)
@@ -234,7 +237,7 @@ def test_test_accuracy_is_the_test_split_with_the_best_validation_parameters(lis
   assert {k: record[k] for k in expected} == expected
   assert isinstance(sps, float) and sps > 0 and 0 < record["wall_seconds"] < 600
   assert record["compiled_temp_bytes"] == analysis["temp_bytes"]
-  assert record["data"]["test"] == {"num_examples": 37, "num_truncated": 0, "source": record["data"]["test"]["source"]}
+  assert (record["data"]["test"]["num_examples"], record["data"]["test"]["num_truncated"]) == (37, 0)
   assert results.load_records(results_dir) == [record]
 
 

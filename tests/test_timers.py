@@ -16,7 +16,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import attention_zoo
 from attention_zoo import registry
@@ -97,14 +96,16 @@ def test_bench_point_times_the_computation(tmp_path, fast_compile):
                                 repeats=3, overrides=overrides)
     out = bench.measure(config)
   assert out["step_seconds_median"] > 0.4 * cost, (out["step_seconds"], cost)
-  assert out["steps_per_second"] == pytest.approx(1.0 / out["step_seconds_median"])
 
 
 def test_train_loop_step_timer_times_the_computation(listops_dir, tmp_path, monkeypatch):
   """The loop's steps/s with a train step of known cost: its state (the step counter) is the output of
   the chain, its metrics are ready at once, so only waiting for the state makes the timer see the work.
   6 steps, the first untimed: steps/s x cost must be about 1 (dispatch only: ~100)."""
-  chained_step = jax.jit(lambda step, x: step + jnp.where(jnp.isnan(jnp.sum(_chain(x))), 0, 1).astype(jnp.int32))
+  @jax.jit
+  def chained_step(step, x):  # step + 1, once the chain is done
+    return step + jnp.where(jnp.isnan(jnp.sum(_chain(x))), 0, 1).astype(step.dtype)
+
   cost = _synchronised_seconds(chained_step, jnp.asarray(0, jnp.int32), START)
 
   def make_step(initial):
