@@ -51,22 +51,24 @@ def test_dispatch_alone_is_much_faster_than_the_computation():
   """The premise of the tests below, on this machine: an unsynchronised call returns long before the
   work is done."""
   cost = _synchronised_seconds(HEAVY, START)
-  start = time.perf_counter()
-  out = HEAVY(START)
-  dispatch = time.perf_counter() - start
-  jax.block_until_ready(out)
-  assert dispatch < 0.2 * cost, (dispatch, cost)
+  dispatches = []
+  for _ in range(3):
+    start = time.perf_counter()
+    out = HEAVY(START)
+    dispatches.append(time.perf_counter() - start)
+    jax.block_until_ready(out)
+  assert min(dispatches) < 0.2 * cost, (dispatches, cost)
 
 
 def test_bench_time_steps_times_the_computation(monkeypatch):
   cost = _synchronised_seconds(HEAVY, START)
   step = lambda x: (x, HEAVY(x))
   times = bench.time_steps(step, START, warmup_steps=1, repeats=3)
-  assert len(times) == 3 and 0.3 < statistics.median(times) / cost < 3.0, (times, cost)
+  assert len(times) == 3 and 0.25 < statistics.median(times) / cost < 4.0, (times, cost)
   # The broken variant: without the synchronisation the same timer reads the dispatch.
   monkeypatch.setattr(jax, "block_until_ready", lambda x: x)
   unsynced = bench.time_steps(step, START, warmup_steps=1, repeats=3)
-  assert statistics.median(unsynced) / cost < 0.3, (unsynced, cost)
+  assert statistics.median(unsynced) / cost < 0.25, (unsynced, cost)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,4 +122,4 @@ def test_train_loop_step_timer_times_the_computation(listops_dir, tmp_path, monk
   record = cell.train_cell(config, str(tmp_path / "run"), listops_dir)
   assert record["status"] == "ok", record["error"]
   assert record["train_steps"] == 6
-  assert 0.3 < record["steps_per_second"] * cost < 3.0, (record["steps_per_second"], cost)
+  assert 0.25 < record["steps_per_second"] * cost < 4.0, (record["steps_per_second"], cost)
