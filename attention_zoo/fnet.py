@@ -65,6 +65,7 @@ class FNetConfig(AttentionConfig):
   mix_heads: bool = True
   nonnegative = False
   rows_sum_to_one = False
+  ignores = ("query", "key")  # Fourier mixing of the values only
 
 
 def fourier_mix(values: jax.Array, mix_heads: bool) -> jax.Array:

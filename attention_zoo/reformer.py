@@ -101,6 +101,7 @@ class ReformerConfig(AttentionConfig):
   trax_causal: bool = False
 
   paper_name = "Reformer"
+  ignores = ("key",)  # shared QK: the keys are the (normalised) queries
 
   def __post_init__(self):
     if self.n_hashes < 1:

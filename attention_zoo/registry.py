@@ -58,6 +58,10 @@ class AttentionConfig:
   rows_sum_to_one: ClassVar[bool] = True   # every real row of P sums to 1
   # The model name of this core's row in the published tables (reports/reference), if it has one.
   paper_name: ClassVar[str | None] = None
+  # The inputs the output does not depend on, by design: () for attention (the weights come from the
+  # query and the key), ("query", "key") for a content-independent mixer (FNet, the random
+  # synthesizers). The conformance kit checks that redrawing any other of the two moves the output.
+  ignores: ClassVar[tuple[str, ...]] = ()
 
   def support(self, length: int) -> np.ndarray | None:
     """bool [L, L] (query, key): the only pairs that may get non-zero weight at this length (without

@@ -79,6 +79,7 @@ class RoutingConfig(AttentionConfig):
   mask_self: bool = True
 
   paper_name = None  # not in the LRA tables
+  ignores = ("key",)  # shared QK: the keys are the (normalised) queries
 
   def __post_init__(self):
     if self.num_clusters is not None and self.num_clusters < 1:

@@ -95,6 +95,7 @@ class FactorizedRandomSynthesizerConfig(SynthesizerConfig):
   mode: str = "factorized_random"
   ignore_dot_product: bool = True
   paper_name = None
+  ignores = ("query", "key")  # learned R1 R2, no dot product: the weights are input-independent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +105,7 @@ class DenseSynthesizerConfig(SynthesizerConfig):
   mode: str = "dense"
   ignore_dot_product: bool = True
   paper_name = None
+  ignores = ("key",)  # weights from the query alone (no dot product)
 
 
 @register_attention("synthesizer_dense", DenseSynthesizerConfig)

@@ -16,8 +16,8 @@ What it measures, in order (a progress line per stage goes to stderr):
 
 The report goes to stdout and, as Markdown, to ``<out>/check_<NAME>.md`` (default ``out``:
 ``check_<NAME>/`` in the current directory) beside the heatmap and the training runs. The exit status
-is 1 when a conformance check fails, else 0. ``quick`` skips the learnability run, runs the
-conformance checks on their small shapes and, unless other lengths are given, measures at 64 and 128.
+is 1 when a conformance check fails, else 0. ``quick`` is stage 1 alone, on the kit's smaller shapes
+(``testing.QUICK``): no timing, no heatmap, no training (``lengths`` and ``steps`` are then unused).
 
   lra-bench check my_attention --lengths 256,512 --out check_my_attention
 """
@@ -36,7 +36,6 @@ import attention_zoo
 from lra_bench import testing
 
 DEFAULT_LENGTHS = (256, 512)
-QUICK_LENGTHS = (64, 128)
 HEADS, HEAD_DIM = 4, 64      # the LRA Text model's attention (qkv 256 over 4 heads)
 HEATMAP_LENGTH = 64
 BASELINE = "vanilla"
@@ -226,7 +225,8 @@ def _header(name: str) -> list[str]:
   return [f"# `lra-bench check {name}`", "",
           f"Core `{name}` from `{_defining_module(name)}`; config `{config!r}`.",
           f"Declared: nonnegative = {config.nonnegative}, rows_sum_to_one = {config.rows_sum_to_one}, "
-          f"support = {support}. Device: {jax.devices()[0].device_kind} ({jax.default_backend()}).", ""]
+          f"support = {support}, ignores = {getattr(config, 'ignores', ())}. "
+          f"Device: {jax.devices()[0].device_kind} ({jax.default_backend()}).", ""]
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -260,15 +260,37 @@ def _validate(name: str, lengths: Sequence[int], steps: int | None) -> list[int]
   return lengths
 
 
-def run_check(name: str, *, lengths: Sequence[int] = DEFAULT_LENGTHS, out: str | None = None,
-              steps: int | None = None, data_dir: str | None = None, quick: bool = False) -> int:
-  """Runs every stage on core ``name``, prints the report and writes it to ``<out>/check_<name>.md``;
-  returns 1 when a conformance check fails, else 0. Bad arguments raise ConfigError."""
-  import tasks
+def cost_and_heatmap(name: str, lengths: Sequence[int], out: str, repeats: int) -> list[str]:
+  """Stages 2 and 3 as report lines; a core that does not compile or cannot be drawn gets a line
+  saying why instead of the table or the figure."""
   from lra_bench.report import viz
 
-  if quick and tuple(lengths) == DEFAULT_LENGTHS:
-    lengths = QUICK_LENGTHS
+  lines = [f"## Cost of the core (forward + backward, batch 1, {HEADS} heads x {HEAD_DIM}, float32)", ""]
+  try:
+    cost = measure_cost(name, lengths, repeats=repeats)
+    lines += ["FLOPs and compiled memory from XLA's cost analysis; time = median of "
+              f"{repeats} interleaved calls after one warm-up.", "", *cost_table(name, cost), ""]
+  except Exception as err:  # noqa: BLE001 - a core that does not compile still gets the rest of the report
+    lines += [f"not measured: {type(err).__name__}: {_cell(err)[:300]}", ""]
+
+  _progress(name, "effective-attention heatmap")
+  png = os.path.join(out, f"attention_{name}_L{HEATMAP_LENGTH}.png")
+  try:
+    viz.plot_attention(name, png, HEATMAP_LENGTH)
+    lines += [f"## Effective attention (one head, random q/k, L = {HEATMAP_LENGTH})", "",
+              f"![{name}]({os.path.basename(png)})", ""]
+  except Exception as err:  # noqa: BLE001 - a core the probe cannot draw still gets the rest of the report
+    lines += ["## Effective attention", "", f"not drawn: {type(err).__name__}: {err}", ""]
+  return lines
+
+
+def run_check(name: str, *, lengths: Sequence[int] = DEFAULT_LENGTHS, out: str | None = None,
+              steps: int | None = None, data_dir: str | None = None, quick: bool = False) -> int:
+  """Runs every stage on core ``name`` (``quick``: the conformance table only), prints the report and
+  writes it to ``<out>/check_<name>.md``; returns 1 when a conformance check fails, else 0. Bad
+  arguments raise ConfigError."""
+  import tasks
+
   lengths = _validate(name, lengths, steps)
   out = out or os.path.join(os.getcwd(), f"check_{name}")
   data_dir = data_dir or tasks.default_data_dir()
@@ -285,24 +307,10 @@ def run_check(name: str, *, lengths: Sequence[int] = DEFAULT_LENGTHS, out: str |
             (f"**{len(failed)} failed:** {', '.join(r.name for r in failed)}." if failed
              else "Every applicable check passes."), ""]
 
-  lines += [f"## Cost of the core (forward + backward, batch 1, {HEADS} heads x {HEAD_DIM}, float32)", ""]
-  try:
-    cost = measure_cost(name, lengths, repeats=3 if quick else 5)
-    lines += ["FLOPs and compiled memory from XLA's cost analysis; time = median of "
-              f"{3 if quick else 5} interleaved calls after one warm-up.", "", *cost_table(name, cost), ""]
-  except Exception as err:  # noqa: BLE001 - a core that does not compile still gets the rest of the report
-    lines += [f"not measured: {type(err).__name__}: {_cell(err)[:300]}", ""]
-
-  _progress(name, "effective-attention heatmap")
-  png = os.path.join(out, f"attention_{name}_L{HEATMAP_LENGTH}.png")
-  try:
-    viz.plot_attention(name, png, HEATMAP_LENGTH)
-    lines += [f"## Effective attention (one head, random q/k, L = {HEATMAP_LENGTH})", "",
-              f"![{name}]({os.path.basename(png)})", ""]
-  except Exception as err:  # noqa: BLE001 - a core the probe cannot draw still gets the rest of the report
-    lines += ["## Effective attention", "", f"not drawn: {type(err).__name__}: {err}", ""]
-
-  if not quick:
+  if quick:
+    lines += ["Quick check: conformance only (no cost, heatmap or learnability).", ""]
+  else:
+    lines += cost_and_heatmap(name, lengths, out, repeats=5)
     records = learnability(name, steps=steps, data_dir=data_dir, out=out)
     budget = next(iter(records.values())).get("config", {}).get("num_train_steps", steps)
     lines += [f"## Learnability (smoke ListOps, {budget} steps each; chance 0.1)", "",

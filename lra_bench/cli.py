@@ -369,7 +369,7 @@ def _add_check(commands, common) -> None:
   p.add_argument("--steps", type=int_at_least(1), help="training steps of the learnability run "
                  "(default: the smoke ListOps cell's)")
   _add_data_dir(p)
-  p.add_argument("--quick", action=BoolFlag, default=False, help="conformance only, no timing or training")
+  p.add_argument("--quick", action=BoolFlag, default=False, help="conformance table only: no timing, heatmap or training")
 
 
 def _add_new(commands, common) -> None:

@@ -26,6 +26,11 @@ declare). The checks (``CHECKS``):
   rows included) and, for bf16 with large logits, finite bf16 gradients;
 - ``jit``: the output under ``jax.jit`` equals the op-by-op (eager) output, dropout on, same RNG keys;
 - ``gradients``: d(sum of real outputs)/d(q, k, v) is finite and non-zero for v;
+- ``depends_on_qk``: redrawing the real queries (then the real keys), with the values and the mask
+  fixed, moves the real outputs beyond round-off: the core attends by content. A core that ignores the
+  query or the key by design declares it (``AttentionConfig.ignores``); the declaration is checked (the
+  output must then not move), and a core that ignores both is reported as declared content-independent
+  (n.a.), never as a pass. Uniform weights over the real keys, however well masked, fail here;
 - ``padding_appended`` / ``padding_inserted``: whatever padded positions hold (a padded tail; a padded
   run inside the sequence), the outputs at real positions do not change;
 - ``padding_zero_weight``: the effective matrix P (``value = eye(L)``) gives exactly zero weight to
@@ -50,9 +55,9 @@ import numpy as np
 
 import attention_zoo
 
-CHECKS = ("config", "float32", "bfloat16", "jit", "gradients", "padding_appended", "padding_inserted",
-          "padding_zero_weight", "nonnegative", "rows_sum_to_one", "support", "causal", "determinism",
-          "dropout_unbiased")
+CHECKS = ("config", "float32", "bfloat16", "jit", "gradients", "depends_on_qk", "padding_appended",
+          "padding_inserted", "padding_zero_weight", "nonnegative", "rows_sum_to_one", "support", "causal",
+          "determinism", "dropout_unbiased")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +97,10 @@ SUPPORT = 1e-7          # |P| outside the declared support / above the diagonal 
 NONNEGATIVE = -1e-6     # min P on real rows
 ROW_SUM = 1e-4          # |row sum - 1|
 SAME = 2e-5             # |delta| of outputs that must not change (atol; rtol the same)
+# Redrawing the queries (or keys) of a core that attends moves its real outputs by O(0.1..1) (relative
+# L2; vanilla: ~0.5); float32 round-off is ~1e-7. A core below this ignores that input.
+DEPENDS = 1e-3
+INPUTS = ("query", "key")  # what AttentionConfig.ignores may name
 # Dropout: one sample is ~0.65 away (relative L2) from the deterministic output, the mean of n samples
 # ~0.65 / sqrt(n) (0.02 at 1024); a missing 1/(1 - p) gives 0.3. The tolerance scales with 1/sqrt(n).
 DROPOUT_MEAN = 0.06     # at 1024 samples
@@ -214,12 +223,16 @@ def _check_config(name: str, o: Options):
     problems.append("config is not frozen")
   except dataclasses.FrozenInstanceError:
     pass
+  ignores = getattr(config, "ignores", ())
+  if not (isinstance(ignores, tuple) and set(ignores) <= set(INPUTS)):
+    problems.append(f"ignores is {ignores!r}, not a tuple of {INPUTS}")
   support = config.support(o.length)
   if support is not None and (np.shape(support) != (o.length, o.length) or np.asarray(support).dtype != bool):
     problems.append(f"support({o.length}) is {np.asarray(support).dtype} {np.shape(support)}, "
                     f"not bool ({o.length}, {o.length})")
-  measured = "frozen, causal=False" if not problems else "; ".join(problems)
-  return not problems, measured, f"{type(config).__name__}"
+  if problems:
+    return False, f"{type(config).__name__}: {len(problems)} problem(s)", "; ".join(problems)
+  return True, "frozen, causal=False", type(config).__name__
 
 
 def _check_dtype(name: str, o: Options, dtype_name: str):
@@ -321,6 +334,46 @@ def _check_gradients(name: str, o: Options):
   dv = _max_abs(grads[2])
   problems = ([f"{bad} non-finite"] if bad else []) + (["d/dvalue is zero"] if dv == 0 else [])
   return not problems, f"{bad} non-finite, max |d/dv| {_fmt(dv)}", "; ".join(problems)
+
+
+def _redrawn_outputs(name: str, o: Options) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+  """(outputs, {"query" | "key": outputs with that input redrawn at the real positions}, mask [3, L])
+  on the three padding layouts; the values, the mask and the other input stay as they were."""
+  def compute():
+    import jax.numpy as jnp
+
+    _, _, apply, (q, k, v), mask = _padded_setup(name, o)
+    real = mask[:, :, None, None]
+    q2, k2, _ = random_qkv(6, 3, o.length, 2, 8, 8)
+    moved = {"query": apply(jnp.where(real, q2, q), k, v, mask),
+             "key": apply(q, jnp.where(real, k2, k), v, mask)}
+    return np.asarray(apply(q, k, v, mask)), {x: np.asarray(out) for x, out in moved.items()}, mask
+  return _memo(("redrawn_outputs", *_core_key(name), o.length, o.pad), compute)
+
+
+def _relative_change(a: np.ndarray, b: np.ndarray) -> float:
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.linalg.norm(b - a)) / (float(np.linalg.norm(a)) or 1.0)
+
+
+def _check_depends_on_qk(name: str, o: Options):
+  out, redrawn, mask = _redrawn_outputs(name, o)
+  ignores = tuple(getattr(attention_zoo.attention_config(name), "ignores", ()))
+  change = {x: _relative_change(out[mask], redrawn[x][mask]) for x in INPUTS}
+  measured = ", ".join(f"{x} redrawn: rel. Δ {_fmt(change[x])}" for x in INPUTS)
+  problems = []
+  for x in INPUTS:
+    if x in ignores:
+      if not _close(out[mask], redrawn[x][mask])[0]:
+        problems.append(f"declares ignores {x!r}, yet the output moves when the {x} changes")
+    elif not change[x] >= DEPENDS:
+      problems.append(f"the output does not depend on the {x} (rel. Δ below {DEPENDS:g}): the weights "
+                      f"ignore the content; a core that does so by design declares ignores = {INPUTS}")
+  if problems:
+    return False, measured, "; ".join(problems)
+  if set(ignores) >= set(INPUTS):
+    return None, measured, "declared content-independent (ignores query and key)"
+  return True, measured, f"declared to ignore the {ignores[0]}" if ignores else ""
 
 
 def _padding_outputs(name: str, o: Options):
@@ -480,6 +533,7 @@ _CHECK_FNS: dict[str, Callable[[str, Options], tuple[bool | None, str, str]]] = 
     "bfloat16": lambda name, o: _check_dtype(name, o, "bfloat16"),
     "jit": _check_jit,
     "gradients": _check_gradients,
+    "depends_on_qk": _check_depends_on_qk,
     "padding_appended": lambda name, o: _check_padding(name, o, 0, "trailing"),
     "padding_inserted": lambda name, o: _check_padding(name, o, 1, "inserted"),
     "padding_zero_weight": _check_zero_weight,

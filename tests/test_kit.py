@@ -25,7 +25,10 @@ class FakeConfig(AttentionConfig):
   """``bug``: "" (correct), "peek" (ignores causal), "leak" (ignores the padding mask), "scaled" (rows
   sum to 2), "negative" (2 softmax - uniform: rows sum to 1, weights go negative), "biased_dropout" (no
   1/(1-p)), "fixed_key" (dropout from a constant key, not the "dropout" stream), "crash" (raises),
-  "no_causal" (raises NotImplementedError under causal, as a core without a causal form)."""
+  "no_causal" (raises NotImplementedError under causal, as a core without a causal form), "uniform"
+  (equal weights on the allowed keys: masking, causal and dropout right, q and k never read),
+  "numpy_dropout" (the dropout mask drawn by numpy when the core runs, i.e. once per trace under jit),
+  "frozen_value" (stop_gradient on the values), "upcast" (float32 output whatever the input dtype)."""
 
   bug: str = ""
 
@@ -48,6 +51,8 @@ class FakeCore(nn.Module):
       allowed = allowed & jnp.tril(jnp.ones((length, length), bool))
     logits = jnp.einsum("bqhd,bkhd->bhqk", query, key) / np.sqrt(depth)
     p = jnp.where(allowed, jax.nn.softmax(jnp.where(allowed, logits, -1e30), axis=-1), 0.0)
+    if bug == "uniform":
+      p = jnp.broadcast_to(allowed / jnp.sum(allowed, axis=-1, keepdims=True), p.shape)
     if bug == "scaled":
       p = 2.0 * p
     if bug == "negative":
@@ -55,8 +60,13 @@ class FakeCore(nn.Module):
     if not deterministic and c.dropout_rate > 0:
       rng = jax.random.key(0) if bug == "fixed_key" else self.make_rng("dropout")
       keep = jax.random.bernoulli(rng, 1.0 - c.dropout_rate, p.shape)
+      if bug == "numpy_dropout":
+        keep = np.random.default_rng().random(p.shape) < 1.0 - c.dropout_rate
       p = jnp.where(keep, p, 0.0) / (1.0 if bug == "biased_dropout" else 1.0 - c.dropout_rate)
-    return jnp.einsum("bhqk,bkhv->bqhv", p.astype(value.dtype), value)
+    if bug == "frozen_value":
+      value = jax.lax.stop_gradient(value)
+    out = jnp.einsum("bhqk,bkhv->bqhv", p.astype(value.dtype), value)
+    return out.astype(jnp.float32) if bug == "upcast" else out
 
 
 def _config(bug: str, **declared) -> type[FakeConfig]:
@@ -84,7 +94,39 @@ CORES = {
     "fake_no_causal": (FakeCore, _config("no_causal")),
     # a full softmax that declares a band of width 2: weight outside its declared support
     "fake_support": (FakeCore, _config("", support=lambda self, length: _banded(length))),
+    "fake_uniform": (FakeCore, _config("uniform")),
+    "fake_uniform_declared": (FakeCore, _config("uniform", ignores=("query", "key"))),
+    "fake_false_declaration": (FakeCore, _config("", ignores=("key",))),  # reads the key all the same
+    "fake_numpy_dropout": (FakeCore, _config("numpy_dropout")),
+    "fake_frozen_value": (FakeCore, _config("frozen_value")),
+    "fake_upcast": (FakeCore, _config("upcast")),
+    # config declarations of the wrong type: a float support mask; an input name that does not exist
+    "fake_float_support": (FakeCore, _config("", support=lambda self, length: np.ones((length, length)))),
+    "fake_bad_ignores": (FakeCore, _config("", ignores=("keys",))),
 }
+
+
+# (broken core, the check that rejects it, words of its detail): every check of the kit has one.
+REJECTS = [
+    ("fake_peek", "causal", "above the diagonal"),
+    ("fake_leak", "padding_appended", "trailing padded positions"),
+    ("fake_leak", "padding_inserted", "inserted padded positions"),
+    ("fake_leak", "padding_zero_weight", "padded keys"),
+    ("fake_scaled", "rows_sum_to_one", "declares rows that sum to 1"),
+    ("fake_negative", "nonnegative", "declares nonnegative"),
+    ("fake_support", "support", "outside the declared support"),
+    ("fake_biased_dropout", "dropout_unbiased", "away from the deterministic output"),
+    ("fake_fixed_key", "determinism", "another dropout key gives the same output"),
+    ("fake_crash", "float32", "TypeError: boom"),
+    ("fake_uniform", "depends_on_qk", "does not depend on the query"),
+    ("fake_uniform", "depends_on_qk", "does not depend on the key"),
+    ("fake_false_declaration", "depends_on_qk", "declares ignores 'key', yet the output moves"),
+    ("fake_numpy_dropout", "jit", "jit and op-by-op outputs differ"),
+    ("fake_frozen_value", "gradients", "d/dvalue is zero"),
+    ("fake_upcast", "bfloat16", "output dtype float32, expected bfloat16"),
+    ("fake_float_support", "config", "not bool"),
+    ("fake_bad_ignores", "config", "ignores is ('keys',)"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -99,23 +141,34 @@ def test_a_correct_core_passes_every_check(fakes):
   assert {r.name: r.passed for r in results} == {c: None if c == "support" else True for c in testing.CHECKS}
 
 
-@pytest.mark.parametrize("name, check, words", [
-    ("fake_peek", "causal", "above the diagonal"),
-    ("fake_leak", "padding_appended", "trailing padded positions"),
-    ("fake_leak", "padding_inserted", "inserted padded positions"),
-    ("fake_leak", "padding_zero_weight", "padded keys"),
-    ("fake_scaled", "rows_sum_to_one", "declares rows that sum to 1"),
-    ("fake_negative", "nonnegative", "declares nonnegative"),
-    ("fake_support", "support", "outside the declared support"),
-    ("fake_biased_dropout", "dropout_unbiased", "away from the deterministic output"),
-    ("fake_fixed_key", "determinism", "another dropout key gives the same output"),
-    ("fake_crash", "float32", "TypeError: boom"),
-])
+@pytest.mark.parametrize("name, check, words", REJECTS)
 def test_each_bug_fails_its_check_with_the_measured_number(fakes, name, check, words):
   result = testing.run_check(name, check, quick=True)
   assert result.passed is False, result
   assert words in result.detail
   assert result.measured  # the number (or "raised") that decided it
+
+
+def test_every_check_has_a_core_it_rejects():
+  """The table above names, for every check of the kit, a broken core that fails it."""
+  assert {check for _, check, _ in REJECTS} == set(testing.CHECKS)
+
+
+def test_uniform_weights_fail_only_the_dependence_check(fakes):
+  """The audit's case: equal weights on the real keys, masked, causal and dropout right, pass every
+  other check; only ``depends_on_qk`` tells that the core does not attend."""
+  results = testing.run_conformance("fake_uniform", quick=True)
+  assert [r.name for r in testing.failures(results)] == ["depends_on_qk"]
+  dependence = next(r for r in results if r.name == "depends_on_qk")
+  assert dependence.measured == "query redrawn: rel. Δ 0, key redrawn: rel. Δ 0"
+
+
+def test_declared_content_independence_is_reported_not_passed(fakes):
+  result = testing.run_check("fake_uniform_declared", "depends_on_qk", quick=True)
+  assert result.passed is None and result.status == "n.a."
+  assert result.detail == "declared content-independent (ignores query and key)"
+  ok = testing.run_check("fake_ok", "depends_on_qk", quick=True)
+  assert ok.passed is True and ok.detail == ""
 
 
 @pytest.mark.parametrize("name, check", [("fake_peek", "padding_zero_weight"), ("fake_leak", "causal"),

@@ -67,9 +67,10 @@ def test_local_workers_run_every_cell_exactly_once(listops_dir, tmp_path, worker
   assert again.ran == {} and sorted(again.done_before) == names and again.jobs == []
 
 
-def _wait_for_checkpointed_cell(results_dir, cells, step, deadline, skip_pids=()):
+def _wait_for_checkpointed_cell(results_dir, cells, step, deadline, running, skip_pids=()):
   """The first cell with a finished ``last`` checkpoint at ``step`` whose lock is held (by a process not
-  in ``skip_pids``), and its holder."""
+  in ``skip_pids``), and its holder. Fails at once when ``running()`` turns False (the workers are done:
+  no cell will get there, e.g. because one was wrongly counted as finished), else at ``deadline``."""
   while time.time() < deadline:
     for cell in cells:
       if os.path.isdir(os.path.join(cell.workdir, "checkpoints", "last", str(step))):
@@ -77,6 +78,9 @@ def _wait_for_checkpointed_cell(results_dir, cells, step, deadline, skip_pids=()
         with suite.claim(results_dir, cell) as free:
           if not free and holder and holder["pid"] not in skip_pids:
             return cell, holder
+    if not running():
+      raise AssertionError(f"the workers finished while waiting for a running cell at a checkpoint at step "
+                           f"{step} (a cell counted as finished without being run?)")
     time.sleep(0.05)
   raise AssertionError(f"no cell reached a checkpoint at step {step} in time")
 
@@ -101,7 +105,8 @@ def test_killed_workers_then_rerun_loses_and_duplicates_nothing(listops_dir, tmp
   thread.start()
   try:
     while len(victims) < 2:
-      cell, holder = _wait_for_checkpointed_cell(results_dir, cells, 8, time.time() + 400, skip_pids=victims)
+      cell, holder = _wait_for_checkpointed_cell(results_dir, cells, 8, time.time() + 400, thread.is_alive,
+                                                 skip_pids=victims)
       os.kill(holder["pid"], signal.SIGKILL)
       victims[holder["pid"]] = cell
   finally:
@@ -135,7 +140,8 @@ def test_preempted_worker_is_requeued_and_resumes_its_cell(listops_dir, tmp_path
   options = launcher.check_options("local", {"workers": 1})
   jobs, log_dir = launcher.submit("local", options, grid)
   assert len(jobs) == 1
-  _, holder = _wait_for_checkpointed_cell(results_dir, cells, 8, time.time() + 300)
+  _, holder = _wait_for_checkpointed_cell(results_dir, cells, 8, time.time() + 300,
+                                          lambda: not jobs[0].done())
   os.kill(holder["pid"], signal.SIGUSR2)  # what SLURM sends the job before preempting it or at its limit
   outputs, dead = launcher.wait(jobs)
   assert dead == [] and outputs[0]["ran"] == {cells[0].name: "ok"}

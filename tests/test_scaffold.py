@@ -87,7 +87,6 @@ def test_generated_placeholder_equals_vanilla(generated):
 
 
 def test_generated_test_passes_the_conformance_kit(generated, monkeypatch):
-  pytest.importorskip("lra_bench.testing")
   name, _, _ = generated
   tests = _import_generated_test(name, monkeypatch)
   tests.test_scaffolded_attention_is_conformant()

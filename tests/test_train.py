@@ -57,10 +57,13 @@ def test_end_to_end_record(listops_dir, tmp_path):
   results_dir = str(tmp_path / "results")
   record = cell.train_cell(tiny_config(), str(tmp_path / "run"), listops_dir, results_dir)
   assert record["status"] == "ok", record["error"]
-  for field in results.FIELDS:
-    assert field in record
-  assert 0.0 <= record["test_accuracy"] <= 1.0 and 0.0 <= record["test_accuracy_last"] <= 1.0
+  # Values, not keys (make_record fills every field, null where unknown): only these may be null here.
+  assert {f for f in results.FIELDS if record[f] is None} <= {"error", "peak_memory_bytes"}
   assert record["train_steps"] == 24 and record["best_step"] in (8, 16, 24)
+  # Accuracies are counts of the 37 test examples; the best step's parameters are the last ones at 24.
+  for key in ("test_accuracy", "test_accuracy_last"):
+    assert round(record[key] * 37, 6).is_integer(), record[key]
+  assert (record["test_accuracy"] == record["test_accuracy_last"]) or record["best_step"] != 24
   assert record["data"]["test"]["num_examples"] == 37 and record["test_examples"] == 37
   assert record["steps_per_second"] > 0 and record["compile_seconds"] > 0
   assert record["flops_per_step"] > 0 and record["compiled_memory_bytes"] > 0 and record["num_params"] > 0

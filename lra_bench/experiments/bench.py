@@ -98,6 +98,27 @@ def device_peak(before: int | None, after: int | None) -> int | None:
   return after
 
 
+def time_steps(step, args, *, warmup_steps: int, repeats: int) -> list[float]:
+  """Seconds of each of ``repeats`` calls of ``step``, after ``warmup_steps`` untimed ones.
+
+  ``step(args) -> (next args, outputs)``. The clock stops once the outputs are ready
+  (``jax.block_until_ready``): a jitted call returns as soon as its work is dispatched, so without it
+  the time would be the dispatch's, not the computation's.
+  """
+  import jax
+
+  for _ in range(warmup_steps):
+    args, outputs = step(args)
+    jax.block_until_ready(outputs)
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    args, outputs = step(args)
+    jax.block_until_ready(outputs)
+    times.append(time.perf_counter() - start)
+  return times
+
+
 def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Compiles (and unless ``compile_only`` times) one point; raises on failure."""
   import jax
@@ -136,19 +157,12 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   if config.bench.compile_only:
     return out
 
-  def step(args):
+  def step(args):  # train: the next step takes the new state (the old one is donated)
     result = compiled(*args)
-    jax.block_until_ready(result)
-    return (result[0], batch) if mode == "train" else args
+    return ((result[0], batch) if mode == "train" else args), result
 
-  args = jax.device_put(args)
-  for _ in range(config.bench.warmup_steps):
-    args = step(args)
-  times = []
-  for _ in range(config.bench.repeats):
-    start = time.perf_counter()
-    args = step(args)
-    times.append(time.perf_counter() - start)
+  times = time_steps(step, jax.device_put(args), warmup_steps=config.bench.warmup_steps,
+                     repeats=config.bench.repeats)
   q25, median, q75 = (float(v) for v in np.percentile(times, [25, 50, 75]))
   out.update(step_seconds=times, step_seconds_median=median, step_seconds_q25=q25,
              step_seconds_q75=q75, steps_per_second=1.0 / median, examples_per_second=b / median,
