@@ -14,7 +14,12 @@ Each cell trains in its own workdir ``<results_dir>/runs/<protocol>/<task>/<atte
   after the claim; ``results.append_record`` serializes the writes.
 - Tasks the protocol has no config for are skipped with a log line (no record: there is no config).
 - Cells run in this process by default (no per-cell import/startup cost; failures are caught by
-  ``cell.train_cell``); ``isolate=True`` runs each cell in a fresh ``lra-bench train`` subprocess instead.
+  ``cell.train_cell``); ``isolate=True`` runs each cell in a fresh ``lra-bench train`` subprocess instead,
+  which dies with the suite (SIGKILL, Linux ``PR_SET_PDEATHSIG``), shares the cell's claim (it is released
+  only once both have exited) and gets the suite's SIGTERM (the suite then exits 143, recording nothing).
+- A ``--set`` of a key the grid sets itself (``GRID_KEYS``) is refused: it would make cells one run.
+- The summary counts every cell of the grid by its final status; ``Summary.exit_code`` is 1 when one is
+  ``failed`` or left unfinished (``oom`` and ``no_data`` are outcomes with a reason, not errors).
 - ``launcher="local"`` or ``"slurm"`` hands the same loop (``work``) to N workers started by submitit
   (``launcher.py``): N local processes, or a SLURM job array whose workers claim cells through the same
   locks on a shared results dir. A cell run (or recorded) since the suite was planned is not run again
