@@ -137,7 +137,9 @@ NOT_RECORDS = ['{"a": 1}', '{"kind": "train"}',
                '{"kind": "train", "task": "listops", "attention": "vanilla", "protocol": "smoke", "seed": 0, '
                '"status": "ok", "test_accuracy": "high"}',
                '{"task": "listops", "attention": "vanilla", "protocol": "smoke", "seed": "0", "status": "ok"}',
-               '["not", "an", "object"]']
+               '["not", "an", "object"]',
+               '{"kind": "bench", "task": "text", "attention": "vanilla", "protocol": "bench", "seed": 0, '
+               '"status": "ok"}']
 
 
 def _results_with_non_records(results_dir) -> str:
@@ -155,7 +157,7 @@ def test_record_problem_names_what_is_wrong():
   assert problems == ["not a record: no 'task', 'attention', 'protocol', 'seed', 'status'",
                       "not a record: no 'task', 'attention', 'protocol', 'seed', 'status'",
                       "'test_accuracy' is 'high', not a number", "'seed' is '0', not an integer",
-                      "not a JSON object"]
+                      "not a JSON object", "a bench record without an integer 'max_length' (its length)"]
 
 
 @pytest.mark.timeout(300)
@@ -163,13 +165,13 @@ def test_json_lines_that_are_not_records_are_skipped_by_report_and_suite(tmp_pat
   results_dir = str(tmp_path / "results")
   path = _results_with_non_records(results_dir)
   records, unreadable = results.read_records(results_dir)
-  assert len(records) == 1 and [u.split(": ")[0] for u in unreadable] == [f"{path}:{i}" for i in range(2, 7)]
+  assert len(records) == 1 and [u.split(": ")[0] for u in unreadable] == [f"{path}:{i}" for i in range(2, 8)]
   # report (the command): one warning per line, exit 0, the index lists them
   proc = subprocess.run([sys.executable, "-m", "lra_bench", "report", "--results_dir", results_dir,
                          "--length", "8"], cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
   warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
-  assert len(warnings) == 5 and f"{path}:3: not a record: no 'task'" in proc.stderr
+  assert len(warnings) == 6 and f"{path}:3: not a record: no 'task'" in proc.stderr
   assert "Traceback" not in proc.stderr
   index = open(os.path.join(results_dir, "report", "index.md")).read()
   assert f"`{path}:4: 'test_accuracy' is 'high', not a number" in index

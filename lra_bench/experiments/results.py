@@ -80,6 +80,8 @@ def record_problem(obj: Any) -> str | None:
       return f"{name!r} is {obj[name]!r}, not {'an integer' if kind is int else 'text'}"
   if obj["status"] not in STATUSES:
     return f"status {obj['status']!r} is not one of {', '.join(STATUSES)}"
+  if obj.get("kind") == "bench" and not _is_number(obj.get("max_length"), integer=True):
+    return "a bench record without an integer 'max_length' (its length)"
   for name in NUMBERS:
     if obj.get(name) is not None and not _is_number(obj[name]):
       return f"{name!r} is {obj[name]!r}, not a number"
