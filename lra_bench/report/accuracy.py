@@ -25,6 +25,7 @@ from lra_bench.experiments import results
 from lra_bench.report.reference import (AVG_TASKS, FOLLOWUP_NAMES, REFERENCE_COLUMN, TASK_ORDER, TASK_TITLES,
                                         comparable, number, paper_name, reference_accuracy)
 from lra_bench.report.tables import Table
+from lra_bench.training import checkpoints
 from lra_bench.training import config as config_lib
 
 
@@ -50,9 +51,9 @@ def _fix_command(protocol: str, task: str, attention: str, seeds: Sequence[int],
                      "--results_dir", results_dir, *[arg for s in sets for arg in ("--set", s)]])
 
 
-# Config keys that do not change a run's results (logging and checkpoint cadence): a record differing from
-# its protocol's preset in these only is still the preset (training/checkpoints.py resumes across them).
-RESULT_NEUTRAL_KEYS = ("log_every", "checkpoint_every")
+# Config keys that do not change a run's results (logging and checkpoint cadence; a checkpoint resumes
+# across them): a record differing from its protocol's preset in these only is still the preset.
+RESULT_NEUTRAL_KEYS = checkpoints.RESULT_NEUTRAL_KEYS
 
 
 def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
