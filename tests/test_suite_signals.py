@@ -176,6 +176,9 @@ def test_summary_counts_every_cell_by_status(tmp_path):
   lines = summary.lines()
   assert lines[0] == "suite finished in 0 s: 4 cells: 3 ok, 1 oom (ran now 0, already done 4)"
   assert lines[1:] == ["oom: listops/performer/seed1"] and summary.exit_code() == 0
+  # a cell running elsewhere when passed and recorded by the end is one cell, not two
+  both = suite.Summary(final={"ok": ["a", "b"]}, claimed_elsewhere=["b", "c"])
+  assert both.lines()[0] == "suite finished in 0 s: 3 cells: 2 ok (ran now 0, already done 0, running elsewhere 2)"
 
 
 @pytest.mark.parametrize("override, flag", [("model.attention=performer", "--attentions"),

@@ -396,7 +396,8 @@ class Summary:
              f"{len(self.done_before)} already done"]
     else:
       statuses = self.statuses()
-      total = sum(map(len, statuses.values())) + len(self.claimed_elsewhere) + len(self.unfinished)
+      # a cell running elsewhere when passed may have its record by the end: count each cell once
+      total = len({n for names in statuses.values() for n in names} | {*self.claimed_elsewhere, *self.unfinished})
       counts = ", ".join(f"{len(statuses[k])} {k}" for k in sorted(statuses, key=_status_order))
       ran = sum(map(len, self.ran.values()))
       out = [f"suite finished in {self.seconds:.0f} s: {total} cell{'' if total == 1 else 's'}"
