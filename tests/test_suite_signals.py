@@ -3,7 +3,6 @@ the exit status says when cells failed; a ``--set`` cannot merge cells; a per-ta
 the task; the summary counts every cell by status."""
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
