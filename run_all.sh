@@ -75,7 +75,12 @@ done
 STATUS=0
 "${SUITE[@]}" || STATUS=$?
 for pid in "${PIDS[@]}"; do wait "$pid" || STATUS=$?; done
-if [ "$STATUS" != 0 ]; then
+# Exit 1 = the grid ran but some cells ended `failed` (the report still shows them, with their errors);
+# anything else (a usage error, a crash, a signal) stops here.
+if [ "$STATUS" = 1 ]; then
+  echo "== some cells failed (see the suite summary above and $RESULTS_DIR/suite_worker*.log);" \
+    "the report lists them; run_all.sh will exit 1" >&2
+elif [ "$STATUS" != 0 ]; then
   echo "error: a suite worker failed (exit $STATUS); see above and $RESULTS_DIR/suite_worker*.log" >&2
   exit "$STATUS"
 fi
@@ -94,3 +99,4 @@ fi
 echo "== report" >&2
 $LRA_BENCH report --results_dir "$RESULTS_DIR" --out "$OUT"
 echo "done in $((SECONDS - START)) s; records: $RESULTS_DIR/results.jsonl; report: $OUT/index.md" >&2
+exit "$STATUS"

@@ -491,14 +491,15 @@ def _launcher_kwargs(args: argparse.Namespace, run_suite: Callable[..., Any]) ->
   return {"launcher": args.launcher, "launcher_options": options}
 
 
-def _suite(args: argparse.Namespace) -> str:
+def _suite(args: argparse.Namespace) -> int:
   from lra_bench.experiments import suite
 
   summary = suite.run_suite(args.protocol, args.tasks, args.attentions, args.seeds,
                             results_dir=args.results_dir, data_dir=_data_dir(args), overrides=args.set,
                             isolate=args.isolate, retry_failed=args.retry_failed,
                             **_launcher_kwargs(args, suite.run_suite))
-  return "\n".join(summary.lines())
+  print("\n".join(summary.lines()))
+  return summary.exit_code()  # 1: a cell failed or was left unfinished (CI sees it)
 
 
 def _bench(args: argparse.Namespace) -> str:
@@ -518,12 +519,18 @@ def _report(args: argparse.Namespace) -> str:
   from lra_bench.training.config import ConfigError
 
   records = os.path.join(args.results_dir, results.RESULTS_FILE)
+  if os.path.exists(args.results_dir) and not os.path.isdir(args.results_dir):
+    raise ConfigError(f"--results_dir: {args.results_dir} is a file, not a directory; pass the folder that "
+                      f"holds {results.RESULTS_FILE}")
   if not os.path.isdir(args.results_dir):
     raise ConfigError(f"--results_dir: {args.results_dir} does not exist; run lra-bench suite or bench "
                       "with this --results_dir first")
   if not os.path.isfile(records) or not os.path.getsize(records):
     raise ConfigError(f"--results_dir: {args.results_dir} has no records ({results.RESULTS_FILE} is "
                       "missing or empty); run lra-bench suite or bench with this --results_dir first")
+  problem = index.reference_problem(args.reference_dir)
+  if problem:
+    raise ConfigError(f"--reference_dir: {problem}")
   out = args.out or checked_output_dir("--out", os.path.join(args.results_dir, "report"))
   paths = index.write_report(args.results_dir, out, reference_dir=args.reference_dir,
                              attention_length=args.length,

@@ -10,11 +10,15 @@ import pytest
 from lra_bench.experiments import results
 from lra_bench.report import accuracy, efficiency, plots, reference, viz
 from lra_bench.report import index as report_index
+from lra_bench.training import config as config_lib
 
 
 def train_record(attention, task, seed, accuracy, protocol="lra", status="ok", error=None):
+  # As results.train_record writes it: the protocol's config and its hash, which includes the seed.
+  config = config_lib.load_config(protocol, task, attention=attention, seed=seed)
   return {"kind": "train", "task": task, "attention": attention, "protocol": protocol, "seed": seed,
-          "status": status, "error": error, "test_accuracy": accuracy, "config_hash": "h", "max_length": 10,
+          "status": status, "error": error, "test_accuracy": accuracy, "config": config.to_dict(),
+          "config_hash": config_lib.config_hash(config), "max_length": 10,
           "backend": "cpu", "device_kind": "cpu", "num_devices": 1, "versions": {"jax": "0.10.2"},
           "git_sha": "abc"}
 

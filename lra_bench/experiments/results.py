@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -43,6 +44,65 @@ FIELDS = (
     "backend", "device_kind", "num_devices", "num_processes", "per_device_batch_size", "accumulate_steps",
     "precision", "versions", "git_sha", "config", "config_hash",
 )
+
+
+# What a reader relies on: required fields and their types (``record_problem`` checks them).
+REQUIRED = {"task": str, "attention": str, "protocol": str, "seed": int, "status": str}
+KINDS = ("train", "bench")
+# Optional fields read as numbers by the report (null where unknown).
+NUMBERS = ("test_accuracy", "test_accuracy_last", "test_examples", "best_val_accuracy", "best_step",
+           "train_steps", "num_params", "steps_per_second", "examples_per_second", "compile_seconds",
+           "wall_seconds", "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length",
+           "batch_size", "num_devices", "num_processes", "step_seconds_median", "step_seconds_q25",
+           "step_seconds_q75", "peak_rss_bytes")
+TEXTS = ("error", "config_hash", "attention_module", "mode")
+
+
+def _is_number(value: Any, integer: bool = False) -> bool:
+  return not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
+
+
+def record_problem(obj: Any) -> str | None:
+  """Why ``obj`` (one parsed line of ``results.jsonl``) is not a record, or None when it is one.
+
+  The one definition of a readable record: every reader (``read_records``: the report, the suite) skips
+  what fails it, with its ``path:line``, instead of failing on a missing or mistyped field.
+  """
+  if not isinstance(obj, dict):
+    return "not a JSON object"
+  if obj.get("kind", "train") not in KINDS:
+    return f"kind {obj.get('kind')!r} is not one of {', '.join(KINDS)}"
+  missing = [name for name in REQUIRED if name not in obj]
+  if missing:
+    return f"not a record: no {', '.join(map(repr, missing))}"
+  for name, kind in REQUIRED.items():
+    if not (_is_number(obj[name], integer=True) if kind is int else isinstance(obj[name], kind)):
+      return f"{name!r} is {obj[name]!r}, not {'an integer' if kind is int else 'text'}"
+  if obj["status"] not in STATUSES:
+    return f"status {obj['status']!r} is not one of {', '.join(STATUSES)}"
+  if obj.get("kind") == "bench" and not _is_number(obj.get("max_length"), integer=True):
+    return "a bench record without an integer 'max_length' (its length)"
+  for name in NUMBERS:
+    if obj.get(name) is not None and not _is_number(obj[name]):
+      return f"{name!r} is {obj[name]!r}, not a number"
+  for name in TEXTS:
+    if obj.get(name) is not None and not isinstance(obj[name], str):
+      return f"{name!r} is {obj[name]!r}, not text"
+  if obj.get("config") is not None and not isinstance(obj["config"], dict):
+    return f"'config' is {obj['config']!r}, not an object"
+  return None
+
+
+def setting_hash(record: dict[str, Any]) -> str | None:
+  """The hash of a record's config without its ``seed``: the runs of one setting under several seeds share
+  it (``config_hash`` includes the seed, so it differs per seed). Computed from the stored config, so
+  records written before this function existed group the same way; a record without a config falls back
+  to its ``config_hash``."""
+  config = record.get("config")
+  if not isinstance(config, dict):
+    return record.get("config_hash")
+  setting = {key: value for key, value in config.items() if key != "seed"}
+  return hashlib.sha256(json.dumps(setting, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def run_key(record: dict[str, Any]) -> tuple:
@@ -136,10 +196,11 @@ def read_records(results_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
       except json.JSONDecodeError as err:
         unreadable.append(f"{path}:{lineno}: not a JSON record ({err}): {line.strip()[:80]!r}")
         continue
-      if isinstance(record, dict):
+      problem = record_problem(record)
+      if problem is None:
         records.append(record)
       else:
-        unreadable.append(f"{path}:{lineno}: not a JSON object: {line.strip()[:80]!r}")
+        unreadable.append(f"{path}:{lineno}: {problem}: {line.strip()[:80]!r}")
   return records, unreadable
 
 

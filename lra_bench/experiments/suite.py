@@ -14,7 +14,12 @@ Each cell trains in its own workdir ``<results_dir>/runs/<protocol>/<task>/<atte
   after the claim; ``results.append_record`` serializes the writes.
 - Tasks the protocol has no config for are skipped with a log line (no record: there is no config).
 - Cells run in this process by default (no per-cell import/startup cost; failures are caught by
-  ``cell.train_cell``); ``isolate=True`` runs each cell in a fresh ``lra-bench train`` subprocess instead.
+  ``cell.train_cell``); ``isolate=True`` runs each cell in a fresh ``lra-bench train`` subprocess instead,
+  which dies with the suite (SIGKILL, Linux ``PR_SET_PDEATHSIG``), shares the cell's claim (it is released
+  only once both have exited) and gets the suite's SIGTERM (the suite then exits 143, recording nothing).
+- A ``--set`` of a key the grid sets itself (``GRID_KEYS``) is refused: it would make cells one run.
+- The summary counts every cell of the grid by its final status; ``Summary.exit_code`` is 1 when one is
+  ``failed`` or left unfinished (``oom`` and ``no_data`` are outcomes with a reason, not errors).
 - ``launcher="local"`` or ``"slurm"`` hands the same loop (``work``) to N workers started by submitit
   (``launcher.py``): N local processes, or a SLURM job array whose workers claim cells through the same
   locks on a shared results dir. A cell run (or recorded) since the suite was planned is not run again
@@ -26,14 +31,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import ml_collections
 
@@ -87,23 +94,48 @@ def parse_ints(text: str | Sequence[int]) -> list[int]:
 def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str], seeds: Sequence[int],
          results_dir: str, overrides: Sequence[str] = ()) -> tuple[list[Cell], list[str]]:
   """The cells of the grid (task-major) and the tasks skipped because the protocol has no config."""
-  cells, skipped = [], []
+  cells, skipped, keys = [], [], set()
   for task in task_names:
     try:
       config_lib.load_config(protocol, task, overrides)
     except config_lib.ConfigError as err:
       if "has no config for task" not in str(err):
-        raise
+        raise config_lib.ConfigError(f"task {task} (each --set applies to every task): {err}") from None
       logging.info("suite: skipping task %s: %s", task, err)
       skipped.append(task)
       continue
     for attention in attention_names:
       for seed in seeds:
-        config = config_lib.load_config(protocol, task, overrides, attention=attention, seed=seed)
+        try:
+          config = config_lib.load_config(protocol, task, overrides, attention=attention, seed=seed)
+        except config_lib.ConfigError as err:
+          raise config_lib.ConfigError(f"cell {task}/{attention}/seed{seed}: {err}") from None
+        _check_grid_keys(config, protocol, task, attention, seed)
         workdir = os.path.join(os.path.abspath(results_dir), "runs", protocol, task, attention,
                                f"seed{seed}_{config_lib.config_hash(config)}")
-        cells.append(Cell(task, attention, seed, config, workdir))
+        cell = Cell(task, attention, seed, config, workdir)
+        if cell.key() not in keys:  # a name or seed given twice is one cell
+          keys.add(cell.key())
+          cells.append(cell)
   return cells, skipped
+
+
+# Config keys the grid sets from its own flags: a --set of one would make several cells one run (two
+# attentions training the same one, two seeds the same seed) whose records then collide.
+GRID_KEYS = (("protocol", "--protocol"), ("task", "--tasks"), ("model.attention", "--attentions"),
+             ("seed", "--seeds"))
+
+
+def _check_grid_keys(config: ml_collections.ConfigDict, protocol: str, task: str, attention: str,
+                     seed: int) -> None:
+  """Raises ConfigError if an override replaced a value the grid sets (``GRID_KEYS``)."""
+  wanted = {"protocol": protocol, "task": task, "model.attention": attention, "seed": seed}
+  for key, flag in GRID_KEYS:
+    value = functools.reduce(lambda section, part: section[part], key.split("."), config)
+    if value != wanted[key]:
+      raise config_lib.ConfigError(
+          f"--set {key}={value}: {key} is set by {flag} (cell {task}/{attention}/seed{seed} would run "
+          f"{key}={value!r}, and several cells would be one run); use {flag} instead of --set {key}")
 
 
 def cell_status(cell: Cell, records: Sequence[dict]) -> str | None:
@@ -135,24 +167,36 @@ def lock_holder(results_dir: str, cell: Cell) -> dict[str, Any] | None:
     return None
 
 
+@dataclasses.dataclass
+class Claim:
+  """Whether this process holds a cell's lock (true as a bool when it does) and the lock's descriptor."""
+
+  held: bool
+  fd: int | None = None
+
+  def __bool__(self) -> bool:
+    return self.held
+
+
 @contextlib.contextmanager
-def claim(results_dir: str, cell: Cell) -> Iterator[bool]:
+def claim(results_dir: str, cell: Cell) -> Iterator[Claim]:
   """Yields whether this process holds the cell's lock (non-blocking; released on exit or death).
 
-  The holder writes its pid, host and job id into the lock file (``lock_holder``)."""
+  The holder writes its pid, host and job id into the lock file (``lock_holder``). A ``flock`` belongs
+  to the open file: a child given ``fd`` (an ``--isolate`` cell) holds the lock until it exits too."""
   path = lock_path(results_dir, cell)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "a") as f:
     try:
       fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-      yield False
+      yield Claim(False)
       return
     try:
       f.truncate(0)
       f.write(json.dumps(_holder()) + "\n")
       f.flush()
-      yield True
+      yield Claim(True, f.fileno())
     finally:
       fcntl.flock(f, fcntl.LOCK_UN)
 
@@ -190,16 +234,102 @@ def _run_in_process(cell: Cell, data_dir: str, results_dir: str, force: bool) ->
       jax.clear_caches()  # compiled executables of this cell are not needed by the next one
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when its parent thread dies
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+  """A ``preexec_fn`` making the child get SIGKILL when the suite dies, however it dies (Linux; None
+  elsewhere). A SIGKILL is safe: a cell resumes from its last committed checkpoint."""
+  if not sys.platform.startswith("linux"):
+    return None
+  import ctypes
+
+  prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
+  parent = os.getpid()
+
+  def preexec() -> None:
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != parent:  # the suite died before the prctl took effect
+      os.kill(os.getpid(), signal.SIGKILL)
+
+  return preexec
+
+
+class Terminated(SystemExit):
+  """The suite got SIGTERM while an isolated cell ran; the cell got it too and is not recorded."""
+
+
+class _SigtermForward:
+  """The suite's SIGTERM handler while an isolated cell runs: the first SIGTERM goes to the cell's process
+  (``proc``, once started), a second one kills it; ``received`` lists what came."""
+
+  def __init__(self) -> None:
+    self.proc: subprocess.Popen | None = None
+    self.received: list[int] = []
+
+  def __call__(self, signum, frame) -> None:
+    self.received.append(signum)
+    self.send()
+
+  def send(self) -> None:
+    if self.proc is not None and self.received:
+      with contextlib.suppress(ProcessLookupError):
+        self.proc.send_signal(signal.SIGTERM if len(self.received) == 1 else signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _forward_sigterm() -> Iterator[_SigtermForward]:
+  """Installs a ``_SigtermForward`` (before the cell starts: no SIGTERM is missed). Only the main thread
+  can set handlers: elsewhere nothing is forwarded (the cell still dies with the suite)."""
+  forward = _SigtermForward()
+  try:
+    previous = signal.signal(signal.SIGTERM, forward)
+  except ValueError:  # not the main thread
+    yield forward
+    return
+  try:
+    yield forward
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
+  """Interrupts ``proc`` as a Ctrl-C does (it saves nothing new: its last checkpoint stays the resume
+  point) and waits for it; kills it if it is still running after ``grace_s``."""
+  with contextlib.suppress(ProcessLookupError):
+    proc.send_signal(signal.SIGINT)
+  try:
+    proc.wait(grace_s)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait()
+
+
 def _run_subprocess(cell: Cell, data_dir: str, results_dir: str, force: bool,
-                    overrides: Sequence[str]) -> dict:
+                    overrides: Sequence[str], lock_fd: int | None = None) -> dict:
+  """The cell in a fresh ``lra-bench train`` process, which dies with the suite (``_die_with_parent``),
+  gets the suite's SIGTERM (then the suite exits 143, no record) and holds the cell's lock (``lock_fd``)
+  until it exits, so a rerun never races it."""
   os.makedirs(cell.workdir, exist_ok=True)
   cmd = [sys.executable, "-m", "lra_bench", "train", f"--task={cell.task}",
          f"--attention={cell.attention}", f"--protocol={cell.config.protocol}", f"--seed={cell.seed}",
          f"--workdir={cell.workdir}", f"--data_dir={data_dir}", f"--results_dir={results_dir}",
          *[f"--set={o}" for o in overrides], *(["--force"] if force else [])]
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
-  with open(os.path.join(cell.workdir, "train.log"), "a") as log:
-    proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+  with open(os.path.join(cell.workdir, "train.log"), "a") as log, _forward_sigterm() as forward:
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
+                            pass_fds=() if lock_fd is None else (lock_fd,), preexec_fn=_die_with_parent())
+    forward.proc = proc
+    forward.send()  # a SIGTERM that came while it started
+    try:
+      proc.wait()
+    except BaseException:  # Ctrl-C: the cell ends before its claim is let go
+      _stop(proc)
+      raise
+  if forward.received:
+    print(f"suite: terminated (SIGTERM) during cell {cell.name}; rerun the same command to resume it",
+          file=sys.stderr, flush=True)
+    raise Terminated(128 + signal.SIGTERM)
   path = os.path.join(cell.workdir, "result.json")
   if os.path.exists(path):
     with open(path) as f:
@@ -221,11 +351,13 @@ def _failure_record(cell: Cell, status: str, error: str, data_dir: str, results_
 
 
 def run_cell(cell: Cell, data_dir: str, results_dir: str, *, force: bool = False, isolate: bool = False,
-             overrides: Sequence[str] = ()) -> dict:
-  """Runs one claimed cell; whatever goes wrong ends as a record (KeyboardInterrupt propagates)."""
+             overrides: Sequence[str] = (), lock_fd: int | None = None) -> dict:
+  """Runs one claimed cell; whatever goes wrong ends as a record (KeyboardInterrupt propagates).
+
+  ``lock_fd``: the descriptor of the cell's claim, handed to an isolated cell's process."""
   try:
     if isolate:
-      return _run_subprocess(cell, data_dir, results_dir, force, overrides)
+      return _run_subprocess(cell, data_dir, results_dir, force, overrides, lock_fd)
     return _run_in_process(cell, data_dir, results_dir, force)
   except (KeyboardInterrupt, SystemExit):
     raise
@@ -250,26 +382,59 @@ class Summary:
   queued: list[str] = dataclasses.field(default_factory=list)  # slurm: handed to the cluster, not waited for
   jobs: list[str] = dataclasses.field(default_factory=list)  # submitit job ids of the workers
   notes: list[str] = dataclasses.field(default_factory=list)  # launcher lines: log dir, dead workers, ...
+  # status -> cells of the whole grid with that best record at the end (``final_statuses``)
+  final: dict[str, list[str]] = dataclasses.field(default_factory=dict)
   seconds: float = 0.0
+
+  def statuses(self) -> dict[str, list[str]]:
+    """Cells per status: of the whole grid when known (``final``), else of the cells run now."""
+    return self.final or self.ran
 
   def lines(self) -> list[str]:
     if self.queued:
       out = [f"suite submitted in {self.seconds:.0f} s: {len(self.queued)} cells to run on the cluster; "
              f"{len(self.done_before)} already done"]
     else:
-      out = [f"suite finished in {self.seconds:.0f} s: "
-             + ", ".join(f"{len(v)} {k}" for k, v in sorted(self.ran.items()))
-             + f"; {len(self.done_before)} already done; {len(self.claimed_elsewhere)} running elsewhere"
-             + (f"; {len(self.unfinished)} unfinished" if self.unfinished else "")]
+      statuses = self.statuses()
+      # a cell running elsewhere when passed may have its record by the end: count each cell once
+      total = len({n for names in statuses.values() for n in names} | {*self.claimed_elsewhere, *self.unfinished})
+      counts = ", ".join(f"{len(statuses[k])} {k}" for k in sorted(statuses, key=_status_order))
+      ran = sum(map(len, self.ran.values()))
+      out = [f"suite finished in {self.seconds:.0f} s: {total} cell{'' if total == 1 else 's'}"
+             + (f": {counts}" if counts else "")
+             + f" (ran now {ran}, already done {len(self.done_before)}"
+             + (f", running elsewhere {len(self.claimed_elsewhere)}" if self.claimed_elsewhere else "")
+             + (f", unfinished {len(self.unfinished)}" if self.unfinished else "") + ")"]
     if self.skipped_tasks:
       out.append("tasks without a config in this protocol (skipped): " + ", ".join(self.skipped_tasks))
     for status in ("failed", "oom", "no_data"):
-      if self.ran.get(status):
-        out.append(f"{status}: " + ", ".join(self.ran[status]))
+      if self.statuses().get(status):
+        out.append(f"{status}: " + ", ".join(self.statuses()[status]))
     if self.unfinished:
       out.append("unfinished (a worker died; rerun the same command to finish them from their checkpoints): "
                  + ", ".join(self.unfinished))
+    if self.exit_code():
+      out.append("exit status 1: cells failed or were left unfinished; rerun the same command to retry them")
     return out + self.notes
+
+  def exit_code(self) -> int:
+    """1 when a cell of the grid ends ``failed`` or a worker left cells unfinished, else 0 (``oom`` and
+    ``no_data`` are outcomes with their reason, as in ``run_all.sh``'s smoke grid without downloads)."""
+    return int(bool(self.statuses().get("failed") or self.unfinished))
+
+
+def _status_order(status: str) -> tuple[int, str]:
+  return (results.STATUSES.index(status) if status in results.STATUSES else len(results.STATUSES), status)
+
+
+def final_statuses(cells: Sequence[Cell], records: Sequence[dict]) -> dict[str, list[str]]:
+  """status -> the cells whose best record has it (cells without a record are left out)."""
+  out: dict[str, list[str]] = {}
+  for cell in cells:
+    status = cell_status(cell, records)
+    if status is not None:
+      out.setdefault(status, []).append(cell.name)
+  return out
 
 
 def record_counts(cells: Sequence[Cell], records: Sequence[dict]) -> dict[tuple, int]:
@@ -309,7 +474,7 @@ def work(cells: Sequence[Cell], *, results_dir: str, data_dir: str, overrides: S
           summary.done_before.append(cell.name)
         else:
           record = run_cell(cell, data_dir, results_dir, force=status == "no_data", isolate=isolate,
-                            overrides=overrides)
+                            overrides=overrides, lock_fd=mine.fd)
     if record is not None:
       summary.ran.setdefault(record["status"], []).append(cell.name)
       if done is not None:
@@ -366,6 +531,8 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
       bar.close()
   summary.done_before = done_before + summary.done_before
   summary.skipped_tasks = skipped
+  if not summary.queued:
+    summary.final = final_statuses(cells, results.load_records(results_dir))
   summary.seconds = time.perf_counter() - start
   return summary
 

@@ -9,6 +9,8 @@ the mark keep a reader from ranking attentions on that noise.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
 import re
 import shlex
@@ -24,6 +26,7 @@ from lra_bench.report.reference import (AVG_TASKS, FOLLOWUP_NAMES, REFERENCE_COL
                                         comparable, followup_settings, number, paper_name,
                                         protocol_settings_notes, reference_accuracy, settings_text)
 from lra_bench.report.tables import Table
+from lra_bench.training import checkpoints
 from lra_bench.training import config as config_lib
 
 
@@ -41,9 +44,94 @@ def report_attentions(records: Iterable[dict]) -> list[str]:
   return sorted(names, key=lambda n: (n != "vanilla", n))
 
 
-def _fix_command(protocol: str, task: str, attention: str, seeds: Sequence[int], results_dir: str) -> str:
-  return shlex.join(["lra-bench", "suite", "--protocol", protocol, "--tasks", task, "--attentions",
-                     attention, "--seeds", ",".join(map(str, seeds)), "--results_dir", results_dir])
+def _fix_command(protocol: str, task: str, attention: str, seeds: Sequence[int], results_dir: str,
+                 sets: Sequence[str] = (), plugin: str | None = None) -> str:
+  """The suite command that fills a cell: its ``--plugin`` and ``--set``s too (``Fix`` of the records)."""
+  return shlex.join(["lra-bench", "suite", *(["--plugin", plugin] if plugin else []), "--protocol", protocol,
+                     "--tasks", task, "--attentions", attention, "--seeds", ",".join(map(str, seeds)),
+                     "--results_dir", results_dir, *[arg for s in sets for arg in ("--set", s)]])
+
+
+# Config keys that do not change a run's results (logging and checkpoint cadence; a checkpoint resumes
+# across them): a record differing from its protocol's preset in these only is still the preset.
+RESULT_NEUTRAL_KEYS = checkpoints.RESULT_NEUTRAL_KEYS
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
+  """{"model.num_layers": 2, ...}; an empty section has no keys (as if absent)."""
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+class _Absent:
+  def __repr__(self) -> str:
+    return "absent"
+
+
+ABSENT = _Absent()  # a key one of two configs does not have
+
+
+@functools.lru_cache(maxsize=None)
+def _preset(protocol: str, task: str, attention: str, seed: int) -> tuple[dict[str, object] | None, str | None]:
+  """(the flat config ``load_config`` builds for this run, as a record stores it; or why it cannot)."""
+  try:
+    config = config_lib.load_config(protocol, task, attention=attention, seed=seed)
+  except (ValueError, TypeError):  # an attention not registered here (a plugin not loaded): its defaults
+    try:
+      config = config_lib.load_config(protocol, task, seed=seed)
+    except (ValueError, TypeError) as err:  # ConfigError: an unknown protocol or task in this checkout
+      return None, str(err).splitlines()[0][:160]
+    with config.unlocked():
+      config.model.attention = attention
+  return _flat(json.loads(json.dumps(results._clean(config.to_dict())))), None
+
+
+def preset_differences(record: dict) -> tuple[dict[str, tuple[object, object]], str | None]:
+  """({key: (the record's value, the preset's value)} for every key of the record's stored config that
+  differs from what its protocol's preset builds for the same task, attention and seed; why it could not
+  be compared, or None). A record without a stored config (hand-written) is not compared."""
+  if not isinstance(record.get("config"), dict):
+    return {}, None
+  preset, problem = _preset(record["protocol"], record["task"], record["attention"], record["seed"])
+  if preset is None:
+    return {}, problem
+  mine = _flat(record["config"])
+  return {key: (mine.get(key, ABSENT), preset.get(key, ABSENT)) for key in sorted(set(mine) | set(preset))
+          if mine.get(key, ABSENT) != preset.get(key, ABSENT)}, None
+
+
+def _set_text(key: str, value: object) -> str:
+  """``key=value`` as ``--set`` parses it back to ``value`` (text that would read as a literal is quoted)."""
+  if isinstance(value, str):
+    return f"{key}={value if config_lib.parse_typed(value, None) == value else repr(value)}"
+  return f"{key}={value!r}"
+
+
+def record_sets(record: dict) -> list[str]:
+  """The ``--set``s that rebuild a record's config from its protocol's preset (empty when it matches)."""
+  return [_set_text(key, mine) for key, (mine, _) in preset_differences(record)[0].items() if mine is not ABSENT]
+
+
+def _plugin(module: str | None) -> str | None:
+  """The ``--plugin`` a run of an attention defined in ``module`` needs (None for the package's own)."""
+  return module if module and module.split(".")[0] != "attention_zoo" else None
+
+
+def _off_preset(records: Sequence[dict]) -> str | None:
+  """Why a cell's records are not the protocol's preset ("model.num_layers=2 (preset 4), ..."), or None."""
+  for record in records:
+    differences, problem = preset_differences(record)
+    if problem:
+      return f"its preset cannot be built here ({problem})"
+    changed = {k: v for k, v in differences.items() if k not in RESULT_NEUTRAL_KEYS}
+    if changed:
+      return ", ".join(f"{k}={mine!r} (preset {preset!r})" for k, (mine, preset) in changed.items())
+  return None
 
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: two-sided 95% intervals
@@ -128,25 +216,33 @@ def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "R
   ``test_examples`` is the smallest count among the cell's seeds; the seeds reuse the same test
   examples, so the interval is for n = that count, not n × seeds.
 
-  Uses the latest record of each run; when a cell was run under several configs (overrides), the
-  config with the most ``ok`` seeds (then the latest) is used and the others are counted in ``ignored``.
+  Uses the latest record of each run; the seeds of a cell are the records sharing one config apart from
+  the seed (``results.setting_hash``). When a cell was run under several configs (overrides), the config
+  with the most ``ok`` seeds (then the latest) is used and the others are counted in ``ignored``.
+  ``off_preset``: how the cell's config differs from its protocol's preset (``preset_differences``, keys
+  in ``RESULT_NEUTRAL_KEYS`` apart), None when it is the preset; such a cell gets no delta. ``fix``: the
+  command that fills an empty cell, with the ``--plugin`` and ``--set``s of its record (of the protocol's
+  other records for a cell without any).
   """
   train_records = [r for r in results.latest_records(records)
                    if r.get("kind", "train") == "train" and r.get("protocol") == protocol]
   attentions = attentions or report_attentions(train_records)
   task_names = task_names or report_tasks(train_records)
   seeds_used = sorted({r["seed"] for r in train_records}) or [0]
+  # A cell without records is filled by the suite that made the task's others: their common --sets.
+  common_sets = {task: sorted(set.intersection(*sets)) if sets else [] for task in task_names
+                 for sets in [[set(record_sets(r)) for r in train_records if r["task"] == task]]}
   rows = []
   for attention in attentions:
     for task in task_names:
       mine = [r for r in train_records if r["attention"] == attention and r["task"] == task]
-      by_hash: dict[str, list[dict]] = {}
+      by_setting: dict[str | None, list[dict]] = {}  # the seeds of one config share its setting_hash
       for r in mine:
-        by_hash.setdefault(r.get("config_hash"), []).append(r)
+        by_setting.setdefault(results.setting_hash(r), []).append(r)
       chosen: list[dict] = []
-      if by_hash:
-        chosen = max(by_hash.values(), key=lambda rs: (sum(r["status"] == "ok" for r in rs),
-                                                        max(mine.index(r) for r in rs)))
+      if by_setting:
+        chosen = max(by_setting.values(), key=lambda rs: (sum(r["status"] == "ok" for r in rs),
+                                                           max(mine.index(r) for r in rs)))
       ok = [r for r in chosen if r["status"] == "ok" and r.get("test_accuracy") is not None]
       accs = np.asarray([100.0 * r["test_accuracy"] for r in ok])
       counts = [test_examples(r) for r in ok]
@@ -155,20 +251,23 @@ def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "R
              "mean": float(accs.mean()) if len(ok) else None,
              "std": float(accs.std(ddof=1)) if len(ok) > 1 else None,
              "test_examples": min(counts) if ok and None not in counts else None,
-             "ignored": len(mine) - len(chosen), "status": "ok" if ok else None, "error": None, "fix": None}
+             "ignored": len(mine) - len(chosen), "status": "ok" if ok else None, "error": None, "fix": None,
+             "off_preset": _off_preset(ok)}
       if not ok:
         failed = [r for r in chosen if r["status"] != "ok"]
         last = failed[-1] if failed else None
         row["status"] = last["status"] if last else "missing"
         row["error"] = (last.get("error") or "").strip() if last else None
-        fix = _fix_command(protocol, task, attention, seeds_used, results_dir)
+        sets = record_sets(last) if last else common_sets[task]
+        plugin = _plugin(last.get("attention_module") if last else results.attention_module(attention))
+        fix = _fix_command(protocol, task, attention, seeds_used, results_dir, sets, plugin)
         if last and last["status"] == "no_data":
           prepare = re.search(r"lra-bench data prepare [^\n]*", row["error"] or "")
           fix = (prepare.group(0) + " && " if prepare else "") + fix
         row["fix"] = fix
       rows.append(row)
   frame = _add_intervals(pd.DataFrame(rows))
-  frame.attrs["seeds"] = seeds_used
+  frame.attrs["seeds"], frame.attrs["sets"] = seeds_used, common_sets
   return frame
 
 
@@ -187,6 +286,8 @@ def _fmt_cell(c: pd.Series) -> str:
   text = _fmt(c["mean"], c["std"])
   if number(c.get("ci_low")) is not None:
     text += f" [{c['ci_low']:.1f}, {c['ci_high']:.1f}]"
+  if isinstance(c.get("off_preset"), str):
+    text += f" {OFF_PRESET}"
   return ("≈ " + text) if c.get("vs_vanilla") == "≈" else text
 
 
@@ -227,6 +328,7 @@ def _interval_notes(cells: pd.DataFrame, task_names: Sequence[str]) -> list[str]
   return notes
 
 
+OFF_PRESET = "†"  # the mark of a cell whose config is not its protocol's preset
 STATUS_TEXT = {"missing": "no data", "no_data": "no data", "oom": "OOM", "failed": "failed"}
 
 
@@ -251,8 +353,8 @@ def accuracy_report(records: Sequence[dict], protocol: str, reference: pd.DataFr
   refs = [reference_accuracy(reference, protocol, a, t) for a, t in zip(cells.attention, cells.task)]
   cells["reference"] = [r[0] for r in refs]
   cells["reference_source"] = [r[1] for r in refs]
-  cells["delta"] = [number(m) - number(r) if number(m) is not None and number(r) is not None else None
-                    for m, r in zip(cells["mean"], cells["reference"])]
+  cells["delta"] = [number(m) - number(r) if None not in (number(m), number(r)) and not isinstance(off, str)
+                    else None for m, r, off in zip(cells["mean"], cells["reference"], cells["off_preset"])]
   ours = _ours_table(cells, protocol, reference, task_names, attentions, avg_tasks, results_dir)
   published = _published_table(cells, protocol, reference, task_names, attentions)
   delta = _delta_table(cells, task_names, attentions) if comparable(protocol) else None
@@ -315,11 +417,21 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
   if not comparable(protocol):
     caption = (f"**Protocol `{protocol}` is not the paper's protocol: these numbers are NOT comparable to "
                f"the published ones** (shown below for orientation only, without deltas). " + caption)
-  notes = _missing_notes(cells, protocol, results_dir)
+  notes = _missing_notes(cells, protocol, results_dir) + _off_preset_notes(cells, protocol)
   if int(cells["ignored"].sum()):
     notes.append(f"{int(cells['ignored'].sum())} record(s) of other configs (overrides) of the same cells "
                  "are not shown; the config with the most ok seeds is.")
   return Table(columns, rows, bold, caption, notes, left=2, footnotes=_interval_notes(cells, task_names))
+
+
+def _off_preset_notes(cells: pd.DataFrame, protocol: str) -> list[str]:
+  """One line per cell marked †: the keys its config changes from the preset."""
+  off = cells[(cells.status == "ok") & cells["off_preset"].map(lambda v: isinstance(v, str))]
+  if off.empty:
+    return []
+  return [f"{OFF_PRESET} = the cell's config is not the `{protocol}` preset (so no delta against the published "
+          f"number; ignored keys: {', '.join(RESULT_NEUTRAL_KEYS)}):"] + [
+      f"{OFF_PRESET} {c.attention} / {TASK_TITLES.get(c.task, c.task)}: {c.off_preset[:400]}" for c in off.itertuples()]
 
 
 def _published_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, task_names: list[str],
@@ -352,7 +464,8 @@ def _delta_table(cells: pd.DataFrame, task_names: list[str], attentions: list[st
       continue
     d_rows.append([paper_name(a) or "—", a, *[_fmt(v, signed=True) for v in values]])
   return Table(["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names]], d_rows, left=2,
-               caption="Δ = ours − published (accuracy points); empty where either side has no number.")
+               caption=f"Δ = ours − published (accuracy points); empty where either side has no number or our "
+               f"config is not the protocol's preset ({OFF_PRESET}).")
 
 
 def _task_problem(protocol: str, task: str) -> str | None:
@@ -381,7 +494,8 @@ def _missing_notes(cells: pd.DataFrame, protocol: str, results_dir: str) -> list
     if len(missing) == len(col) and set(missing.status) <= {"missing", "no_data"}:
       prepare = next((re.search(r"lra-bench data prepare [^\n]*", e).group(0) for e in missing.error
                       if isinstance(e, str) and re.search(r"lra-bench data prepare", e)), None)
-      fix = _fix_command(protocol, task, "all", cells.attrs.get("seeds", [0]), results_dir)
+      fix = _fix_command(protocol, task, "all", cells.attrs.get("seeds", [0]), results_dir,
+                         cells.attrs.get("sets", {}).get(task, []))
       notes.append(f"{title}: no data for any attention. Fix: `{(prepare + ' && ') if prepare else ''}{fix}`")
       continue
     for _, c in missing.iterrows():

@@ -24,7 +24,28 @@ from lra_bench.experiments import results
 from lra_bench.report import plots, viz
 from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
 from lra_bench.report.efficiency import EfficiencyGroup, efficiency_groups, scaling_series
-from lra_bench.report.reference import TASK_TITLES, load_followups, load_reference
+from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, TASK_TITLES, load_followups,
+                                        load_reference)
+
+
+# The published numbers a --reference_dir holds (reference.load_reference / load_followups read them).
+REFERENCE_FILES = ("lra_paper_accuracy.csv", "lra_paper_efficiency.csv", FOLLOWUPS_FILE)
+
+
+def reference_problem(reference_dir: str | None) -> str | None:
+  """Why ``reference_dir`` holds no published numbers (so every published table would be empty), or
+  None; None for the default (the repository's ``reports/reference``)."""
+  if reference_dir is None:
+    return None
+  expected = (f"expected a folder with the published numbers ({', '.join(REFERENCE_FILES)}), as "
+              f"{DEFAULT_REFERENCE_DIR}; leave --reference_dir out to use that one")
+  if not os.path.exists(reference_dir):
+    return f"{reference_dir} does not exist; {expected}"
+  if not os.path.isdir(reference_dir):
+    return f"{reference_dir} is a file, not a directory; {expected}"
+  if not any(os.path.isfile(os.path.join(reference_dir, name)) for name in REFERENCE_FILES):
+    return f"{reference_dir} holds no published numbers; {expected}"
+  return None
 
 
 def _environment(records: Sequence[dict]) -> list[str]:

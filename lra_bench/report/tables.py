@@ -47,7 +47,8 @@ class Table:
   def to_latex(self) -> str:
     def esc(s: str) -> str:
       for a, b in (("\\", "\\textbackslash{}"), ("&", "\\&"), ("%", "\\%"), ("_", "\\_"), ("#", "\\#"),
-                   ("±", "$\\pm$"), ("≈", "$\\approx$"), ("×", "$\\times$"), ("−", "$-$"), ("Δ", "$\\Delta$")):
+                   ("±", "$\\pm$"), ("≈", "$\\approx$"), ("×", "$\\times$"), ("−", "$-$"), ("Δ", "$\\Delta$"),
+                   ("†", "$\\dagger$")):
         s = s.replace(a, b)
       return s
 
