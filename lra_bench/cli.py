@@ -173,6 +173,14 @@ def image_file(text: str) -> str:
   return path
 
 
+def sha256_hex(text: str) -> str:
+  """A sha256 digest: 64 hexadecimal digits (either case)."""
+  if not re.fullmatch(r"[0-9a-fA-F]{64}", text.strip()):
+    raise argparse.ArgumentTypeError(f"{text!r} is not a sha256 digest; expected 64 hexadecimal digits "
+                                     f"(got {len(text.strip())} characters)")
+  return text.strip().lower()
+
+
 def override(text: str) -> str:
   if "=" not in text or not text.split("=", 1)[0].strip():
     raise argparse.ArgumentTypeError(f"{text!r} is not of the form key=value (e.g. model.num_layers=2)")
@@ -269,7 +277,7 @@ def _add_data(commands, common) -> None:
   p.add_argument("what", choices=("lra-release",), help="what to download")
   _add_data_dir(p, output_dir)
   p.add_argument("--url", type=text_value, help="URL of the LRA tarball (default: the official one)")
-  p.add_argument("--sha256", type=text_value, help="expected sha256 of the tarball")
+  p.add_argument("--sha256", type=sha256_hex, help="expected sha256 of the tarball (64 hex digits)")
 
 
 def _add_train(commands, common) -> None:
@@ -439,9 +447,17 @@ def _prepare(args: argparse.Namespace) -> str:
   from lra_bench.training import config
 
   task = tasks.get_task(args.task)
+  given = [name for name in PREPARE_FLAGS if getattr(args, name) is not None]
+  taken = [name for name in PREPARE_FLAGS if name in task.prepare_options()]
+  for name in given:
+    if name not in taken:
+      takes = f"its flags: {', '.join('--' + n for n in taken)}" if taken else "it takes none of these flags"
+      raise config.ConfigError(f"data prepare {args.task}: --{name} does not apply to {args.task}; {takes}")
   options = config.load_config(args.protocol, args.task).data.prepare.to_dict() if args.protocol else {}
-  options.update({name: getattr(args, name) for name in PREPARE_FLAGS if getattr(args, name) is not None})
+  options.update({name: getattr(args, name) for name in given})
   config.validate_prepare(options)  # the merged options: each flag passed alone, not all together
+  if "name" in options:
+    tasks.base.check_name(args.task, options["name"])  # before anything is logged or written
   logging.info("preparing %s in %s with %s", args.task, _data_dir(args), options or "defaults")
   try:
     return task.prepare(_data_dir(args), **options)
