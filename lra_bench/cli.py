@@ -10,7 +10,7 @@
   lra-bench report --results_dir DIR --out DIR
   lra-bench viz attention NAME [--length 64] [--out FILE.png|.svg]
   lra-bench check NAME [--lengths 256,512] [--out DIR] [--steps N] [--quick]
-  lra-bench new attention NAME [--dir DIR]
+  lra-bench new attention NAME [--dir DIR] [--style linen|nnx|function]
 
 Parsing is absl's argparse integration (``argparse_flags.ArgumentParser`` handed to ``app.run``), so a
 flag another command uses is an error here instead of being silently ignored, every value is checked by
@@ -385,6 +385,9 @@ def _add_new(commands, common) -> None:
   p = _command(new, "attention", "write a ready-to-edit attention core and its test", _new_attention, common)
   p.add_argument("name", metavar="NAME", help="registry name of the new core, e.g. my_attention")
   p.add_argument("--dir", type=output_dir, default=".", help="folder to write the two files in")
+  p.add_argument("--style", choices=("linen", "nnx", "function"), default="linen",
+                 help="how the core is written: a flax.linen module, a flax.nnx module, or a plain "
+                 "parameter-free function of (query, key, value, mask)")
 
 
 def build_parser() -> Parser:
@@ -576,7 +579,8 @@ def _check(args: argparse.Namespace) -> int:
 
 def _new_attention(args: argparse.Namespace) -> str:
   scaffold = _import_helper("scaffold", "lra-bench new attention")
-  return scaffold.new_attention(args.name, args.dir)
+  style = {} if args.style == "linen" else {"style": args.style}  # the default needs no keyword
+  return scaffold.new_attention(args.name, args.dir, **style)
 
 
 # ----------------------------------------------------------------------------------------------------
