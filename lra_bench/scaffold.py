@@ -4,9 +4,9 @@ core from.
 ``<dir>/<name>.py`` is a registered core that already works (exact softmax attention with the padding
 and causal masks, every block to change marked REPLACE), written as a ``flax.linen`` module, a
 ``flax.nnx`` module or a plain parameter-free function (``attention_zoo.registry`` wraps the last two),
-so the first ``lra-bench check`` passes and each edit after it can be checked against a green baseline. ``<dir>/test_<name>.py`` runs the
-conformance kit (``lra_bench.testing``) and a float64 reference test of the placeholder's math, which
-the researcher replaces with their method's. Nothing is overwritten.
+so the first ``lra-bench check`` passes and each edit after it can be checked against a green baseline.
+``<dir>/test_<name>.py`` runs the conformance kit (``lra_bench.testing``) and a float64 reference test
+of the placeholder's math, which the researcher replaces with their method's. Nothing is overwritten.
 """
 
 from __future__ import annotations
@@ -154,8 +154,8 @@ if dropout_rng is not None:  # training: inverted dropout, unbiased
 # style -> (extra import, the core's block, where the math reads the config, its dropout, in words)
 _STYLES = {
     "linen": ("import flax.linen as nn", LINEN, "self.config",
-              "weights = nn.Dropout(self.config.dropout_rate)(weights, deterministic=deterministic)  # unbiased",
-              "a flax.linen module"),
+              "weights = nn.Dropout(self.config.dropout_rate)(weights, deterministic=deterministic)"
+              "  # unbiased", "a flax.linen module"),
     "nnx": ("from flax import nnx", NNX, "self.config",
             "weights = self.dropout(weights, deterministic=deterministic)", "a flax.nnx module"),
     "function": ("", FUNCTION, "config", FUNCTION_DROPOUT, "a plain function"),

@@ -316,8 +316,9 @@ class ListOps(Task):
     meta_path = os.path.join(data_dir, SUBDIR, f"{name}_meta.json")
     if not os.path.exists(meta_path):
       return  # the official release or a user's own files: nothing promised
-    meta = read_meta(meta_path, f"delete it and regenerate the data: {self.prepare_command(data_dir, name=name)} "
-                     "--overwrite (with the options it was made with)")
+    command = self.prepare_command(data_dir, name=name)
+    meta = read_meta(meta_path, f"delete it and regenerate the data: {command} --overwrite (with the options "
+                     "it was made with)")
     expected = meta.get(f"num_{SPLIT_FILES[split]}")
     if isinstance(expected, int) and count != expected:
       options = {k: v for k, v in meta.items() if k != "generator"}

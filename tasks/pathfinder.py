@@ -394,13 +394,13 @@ class _Pathfinder(Task):
       raise DataError(f"{meta_path}: not the metadata of an lra-bench prepare (no num_images / "
                       "images_per_batch); delete it, or regenerate the images with --overwrite") from None
     if missing:
-      options = {k: meta[k] for k in ("resolution", "contour_length", "num_images", "seed", "images_per_batch")
-                 if k in meta}
+      keys = ("resolution", "contour_length", "num_images", "seed", "images_per_batch")
+      options = {k: meta[k] for k in keys if k in meta}
       num_batches = -(-meta["num_images"] // meta["images_per_batch"])
       resume = self.prepare_command(data_dir, **options, **({"name": name} if name else {}))
-      raise DataError(f"{out_dir}: incomplete Pathfinder data: {num_batches - len(missing)} of {num_batches} "
-                      f"batches of {meta['num_images']} images (an interrupted data prepare); finish it with: "
-                      f"{resume}")
+      raise DataError(f"{out_dir}: incomplete Pathfinder data: {num_batches - len(missing)} of "
+                      f"{num_batches} batches of {meta['num_images']} images (an interrupted data prepare); "
+                      f"finish it with: {resume}")
 
   def examples(self, data_dir: str, split: str, *, max_length: int, contour_length: int | None = None,
                split_seed: int = 0, input_kind: str = "tokens", name: str = "", limit: int = 0) -> Examples:
