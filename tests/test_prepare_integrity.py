@@ -232,3 +232,18 @@ def test_flag_of_another_task_is_one_line_naming_the_tasks_flags(tmp_path, task,
   assert proc.returncode == 2
   assert proc.stderr.splitlines() == [f"error: data prepare {task}: {message}"]
   assert os.listdir(tmp_path) == []
+
+
+def test_train_on_a_killed_prepare_fails_naming_the_resume_command(pf_killed, tmp_path):
+  """The user's command: ``train`` on what the killed prepare left used to train to ``ok`` on 2/3 of it."""
+  sets = ["data.options.name=tiny", "data.options.contour_length=6", "data.max_length=64", "batch_size=2",
+          "num_train_steps=2", "eval_every=2", "checkpoint_every=2", "log_every=2", "model.num_layers=1",
+          "model.emb_dim=8", "model.qkv_dim=8", "model.mlp_dim=8"]
+  proc = _cli("train", "--task=pathfinder", "--protocol=smoke", f"--data_dir={pf_killed}",
+              f"--workdir={tmp_path / 'run'}", *[f"--set={s}" for s in sets], cwd=str(tmp_path))
+  assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith(f"error: run failed: {_pf_dir(pf_killed)}: incomplete Pathfinder data: 2 of 3 "
+                         "batches of 20 images (an interrupted data prepare); finish it with: lra-bench data "
+                         "prepare pathfinder"), last
+  assert "Traceback" not in proc.stderr
