@@ -16,6 +16,7 @@ Differences from the original, on purpose:
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ import numpy as np
 
 from tasks import register_task
 from tasks.base import (DataError, Examples, MissingDataError, Task, check_count, check_name, import_tf,
-                        length_range_error, read_meta)
+                        length_range_error, pid_alive, read_meta)
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 CLOSE = "]"
@@ -136,6 +137,15 @@ def generate(num_examples: int, *, seed: int, min_length: int = 500, max_length:
 
 def _split_path(data_dir: str, split: str, name: str) -> str:
   return os.path.join(data_dir, SUBDIR, f"{name}_{SPLIT_FILES[split]}.tsv")
+
+
+def _remove_stale_temporaries(out_dir: str) -> None:
+  """Removes the ``.tmp-listops-<pid>-*`` folders of killed prepares (not those of live processes)."""
+  for path in glob.glob(os.path.join(out_dir, ".tmp-listops-*-*")):
+    pid = os.path.basename(path).split("-")[2]
+    if pid.isdigit() and not pid_alive(int(pid)):
+      shutil.rmtree(path, ignore_errors=True)
+      logging.info("removed %s (left by an interrupted prepare)", path)
 
 
 def _count_examples(path: str) -> int:
@@ -293,7 +303,8 @@ class ListOps(Task):
     cuts = {"train": pairs[:num_train], "validation": pairs[num_train:num_train + num_val],
             "test": pairs[num_train + num_val:]}
     os.makedirs(out_dir, exist_ok=True)
-    tmp_dir = tempfile.mkdtemp(prefix=".tmp-listops-", dir=out_dir)
+    _remove_stale_temporaries(out_dir)
+    tmp_dir = tempfile.mkdtemp(prefix=f".tmp-listops-{os.getpid()}-", dir=out_dir)
     try:
       for split, rows in cuts.items():
         with open(os.path.join(tmp_dir, os.path.basename(_split_path(data_dir, split, name))), "w",

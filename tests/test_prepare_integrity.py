@@ -247,3 +247,13 @@ def test_train_on_a_killed_prepare_fails_naming_the_resume_command(pf_killed, tm
                          "batches of 20 images (an interrupted data prepare); finish it with: lra-bench data "
                          "prepare pathfinder"), last
   assert "Traceback" not in proc.stderr
+
+
+def test_listops_prepare_removes_the_leftovers_of_a_killed_prepare(tmp_path):
+  out = tmp_path / listops.SUBDIR
+  dead, live = out / f".tmp-listops-{DEAD_PID}-abc", out / f".tmp-listops-{os.getpid()}-def"
+  dead.mkdir(parents=True)
+  live.mkdir()
+  (dead / "cut_train.tsv").write_text("Source\tTarget\r\n")
+  _listops(str(tmp_path))
+  assert not dead.exists() and live.is_dir()
