@@ -14,6 +14,24 @@ different config classes::
 
 Every registered name then enters the registry-wide tests, the suite, the benchmark and the reports.
 
+The same decorator also takes a core written in the two other styles; each is wrapped into a linen
+module with the one ``config`` field, so the model, the conformance kit and ``lra-bench check`` treat
+every core alike:
+
+- an NNX module (``flax.nnx.Module`` subclass): constructed as ``cls(config, rngs=rngs)`` and called as
+  ``core(query, key, value, mask=None, deterministic=True)``. It runs inside the linen model through
+  ``flax.nnx.bridge.ToLinen``: its parameters are linen ``params``, and its ``nnx.Rngs`` carry the
+  model's ``dropout`` and ``attention`` streams (``nnx.Dropout(rate, rngs=rngs)`` draws from the
+  ``dropout`` stream, fresh per call).
+- a plain parameter-free function ``fn(query, key, value, mask, *, config, deterministic,
+  dropout_rng)``; it declares only the keyword arguments it uses: without ``config`` it cannot be
+  causal, without ``dropout_rng`` it cannot apply attention dropout (both then raise
+  ``NotImplementedError`` saying so). ``dropout_rng`` is a key of the ``dropout`` stream, None when
+  ``deterministic`` or ``config.dropout_rate == 0``. ``mask`` is always a bool ``[B, L]`` array.
+
+Two modules registering one name clash (:class:`PluginError` naming both) unless they are one source
+file imported again (a reload).
+
 Cores defined outside this package (plugins) enter the same registry by being imported: a module named
 by ``--plugin`` / :func:`load_plugins`, by the ``LRA_BENCH_PLUGINS`` variable (comma-separated), or by
 an installed distribution's ``lra_bench.attentions`` entry point. The variable and the entry points are
@@ -26,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import inspect
 import os
 import site
 import sys
@@ -76,6 +95,7 @@ class _Entry:
   module_cls: type[nn.Module]
   config_cls: type[AttentionConfig]
   defined_in: str  # the module whose code called register_attention (what records name)
+  source: str | None = None  # that module's file (one file imported under two names is one module)
 
 
 _REGISTRY: dict[str, _Entry] = {}
@@ -85,33 +105,149 @@ class PluginError(ValueError):
   """A plugin module failed to import, or registered a name another module already holds."""
 
 
-ModuleT = TypeVar("ModuleT", bound=type[nn.Module])
+CoreT = TypeVar("CoreT")
 
 
-def register_attention(name: str, config_cls: type[AttentionConfig]) -> Callable[[ModuleT], ModuleT]:
-  """Class decorator: registers ``module_cls`` under ``name`` with default config ``config_cls()``."""
+def register_attention(name: str, config_cls: type[AttentionConfig]) -> Callable[[CoreT], CoreT]:
+  """Decorator: registers a core under ``name`` with default config ``config_cls()``.
+
+  The core is a ``flax.linen`` module class, a ``flax.nnx`` module class or a plain function (the
+  module docstring gives each style's contract); the decorated object is returned unchanged.
+  """
   if not (dataclasses.is_dataclass(config_cls) and issubclass(config_cls, AttentionConfig)):
     raise TypeError(f"config_cls for {name!r} must be a dataclass deriving from AttentionConfig")
   if not config_cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
     raise TypeError(f"config_cls for {name!r} must be a frozen dataclass")
   # The caller's module, not the class's: a plugin may register a built-in class under a new name.
-  caller = sys._getframe(1).f_globals.get("__name__")  # pylint: disable=protected-access
+  caller = sys._getframe(1).f_globals  # pylint: disable=protected-access
 
-  def decorator(module_cls: ModuleT) -> ModuleT:
-    _add(name, module_cls, config_cls, caller or module_cls.__module__)
-    return module_cls
+  def decorator(core: CoreT) -> CoreT:
+    module_cls = _as_linen(name, core)
+    _add(name, module_cls, config_cls, caller.get("__name__") or module_cls.__module__,
+         caller.get("__file__"))
+    return core
 
   return decorator
 
 
-def _add(name: str, module_cls: type[nn.Module], config_cls: type[AttentionConfig], defined_in: str) -> None:
+def _add(name: str, module_cls: type[nn.Module], config_cls: type[AttentionConfig], defined_in: str,
+         source: str | None = None) -> None:
+  """Registers ``name``; the same module (or its source file) registering it again replaces it (a
+  reload), any other module registering it is a :class:`PluginError` naming both."""
+  source = os.path.realpath(source) if source else None
   existing = _REGISTRY.get(name)
-  if existing is not None and (existing.module_cls.__qualname__, existing.config_cls.__qualname__) != (
-      module_cls.__qualname__, config_cls.__qualname__):
+  if existing is not None and not _same_module(existing, defined_in, source):
     raise PluginError(
         f"attention {name!r} is registered twice: by {_describe(existing.defined_in)} and by "
         f"{_describe(defined_in)}; rename one of them")
-  _REGISTRY[name] = _Entry(module_cls, config_cls, defined_in if existing is None else existing.defined_in)
+  if existing is not None:  # records keep naming the module that registered it first
+    defined_in, source = existing.defined_in, existing.source
+  _REGISTRY[name] = _Entry(module_cls, config_cls, defined_in, source)
+
+
+def _same_module(entry: _Entry, defined_in: str, source: str | None) -> bool:
+  if entry.defined_in == defined_in:
+    return True
+  return entry.source is not None and entry.source == source
+
+
+# ----------------------------------------------------------------------------------------------------
+# The NNX and function styles, wrapped into linen modules with the one ``config`` field
+
+FUNCTION_KEYWORDS = ("config", "deterministic", "dropout_rng")  # what a function core may declare
+
+
+def _as_linen(name: str, core: Any) -> type[nn.Module]:
+  """The linen module class that runs ``core`` (itself when it is one)."""
+  if isinstance(core, type) and issubclass(core, nn.Module):
+    return core
+  if isinstance(core, type) and _is_nnx_module(core):
+    return _nnx_core(core)
+  if isinstance(core, type) or not callable(core):
+    raise TypeError(f"attention {name!r}: register_attention takes a flax.linen Module class, a flax.nnx "
+                    f"Module class or a function, got {core!r}")
+  return _function_core(name, core)
+
+
+def _is_nnx_module(cls: type) -> bool:
+  from flax import nnx  # pylint: disable=import-outside-toplevel - only plugins written in NNX need it
+
+  return issubclass(cls, nnx.Module)
+
+
+def _named(wrapper: type[nn.Module], core: Any, style: str) -> type[nn.Module]:
+  """Names the wrapper class after the core (errors, logs and the conformance memo show it)."""
+  wrapper.__name__ = core.__name__
+  wrapper.__qualname__ = f"{core.__qualname__}<{style}>"
+  wrapper.__module__ = core.__module__
+  wrapper.__doc__ = core.__doc__
+  wrapper.core = core
+  return wrapper
+
+
+def _nnx_core(cls: type) -> type[nn.Module]:
+  """``cls(config, rngs=rngs)`` run through ``flax.nnx.bridge.ToLinen``: its state becomes linen
+  variables (``params``, ...). Its ``nnx.Rngs`` hold a fresh key of every RNG stream the model was given
+  (``dropout``, ``attention``, and ``params`` at init); a stream not given falls back to a fixed key,
+  which only deterministic code may use (dropout without a ``dropout`` key raises, as in linen)."""
+
+  class NNXCore(nn.Module):
+    config: AttentionConfig
+
+    @nn.compact
+    def __call__(self, query, key, value, mask=None, deterministic=True):
+      import functools  # pylint: disable=import-outside-toplevel
+
+      import jax  # pylint: disable=import-outside-toplevel
+      from flax import nnx  # pylint: disable=import-outside-toplevel
+
+      streams = {name: self.make_rng(name) for name in self.scope.rngs}
+      if not deterministic and self.config.dropout_rate > 0 and "dropout" not in streams:
+        raise ValueError(f"{cls.__qualname__}: dropout (dropout_rate={self.config.dropout_rate}, "
+                         "deterministic=False) needs the 'dropout' RNG stream; pass rngs={'dropout': key}")
+      rngs = nnx.Rngs(**streams, default=streams.get("params", jax.random.key(0)))
+      inner = nnx.bridge.ToLinen(functools.partial(cls, rngs=rngs), args=(self.config,), skip_rng=True,
+                                 name="nnx")
+      return inner(query, key, value, mask=mask, deterministic=deterministic)
+
+  return _named(NNXCore, cls, "nnx")
+
+
+def _function_core(name: str, fn: Callable[..., Any]) -> type[nn.Module]:
+  """``fn(query, key, value, mask, **keywords)`` with the keywords of ``FUNCTION_KEYWORDS`` it declares."""
+  signature = inspect.signature(fn)
+  open_keywords = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+  takes = frozenset(k for k in FUNCTION_KEYWORDS if open_keywords or k in signature.parameters)
+  try:
+    signature.bind(*"qkvm", **{k: None for k in takes})
+  except TypeError as err:
+    raise TypeError(f"attention {name!r}: a function core is called as fn(query, key, value, mask) plus "
+                    f"the keywords it declares of {', '.join(FUNCTION_KEYWORDS)}; {fn.__qualname__}"
+                    f"{signature} cannot be ({err})") from None
+
+  class FunctionCore(nn.Module):
+    config: AttentionConfig
+
+    @nn.compact
+    def __call__(self, query, key, value, mask=None, deterministic=True):
+      import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+      c = self.config
+      if c.causal and "config" not in takes:
+        raise NotImplementedError(f"attention {name!r}: {fn.__qualname__} takes no `config`, so it cannot "
+                                  "be causal; declare `config` and read config.causal")
+      if c.dropout_rate > 0 and "dropout_rng" not in takes:
+        raise NotImplementedError(
+            f"attention {name!r}: {fn.__qualname__} takes no `dropout_rng`, so it cannot apply attention "
+            f"dropout (dropout_rate={c.dropout_rate}); declare it, or run with "
+            "--set model.attention_dropout_rate=0")
+      mask = jnp.ones(query.shape[:2], bool) if mask is None else jnp.asarray(mask, bool)
+      given = {"config": c, "deterministic": deterministic}
+      if "dropout_rng" in takes:
+        given["dropout_rng"] = None if deterministic or not c.dropout_rate else self.make_rng("dropout")
+      return fn(query, key, value, mask, **{k: v for k, v in given.items() if k in takes})
+
+  return _named(FunctionCore, fn, "function")
 
 
 def _describe(module: str) -> str:
@@ -163,15 +299,20 @@ from typing import Iterator as _Iterator  # noqa: E402
 
 
 @_contextlib.contextmanager
-def temporary(cores: dict[str, tuple[type[nn.Module], type[AttentionConfig]]]) -> _Iterator[list[str]]:
+def temporary(cores: dict[str, tuple[Any, type[AttentionConfig]]]) -> _Iterator[list[str]]:
   """Registers ``{name: (module class, config class)}`` for the ``with`` block only (tests' fake cores).
 
-  A name registered to another class is an error (as for ``register_attention``); on exit those names
-  are unregistered, whatever the block raised. Yields the names.
+  A name already registered is an error; on exit those names are unregistered, whatever the block
+  raised. Yields the names. A core may be of any style ``register_attention`` takes.
   """
-  for name, (module_cls, config_cls) in cores.items():
-    register_attention(name, config_cls)(module_cls)
+  taken = sorted(set(cores) & set(_REGISTRY))
+  if taken:
+    raise PluginError(f"temporary: {', '.join(map(repr, taken))} already registered by "
+                      f"{', '.join(_describe(_REGISTRY[name].defined_in) for name in taken)}")
   try:
+    for name, (core, config_cls) in cores.items():
+      register_attention(name, config_cls)(core)
+      _REGISTRY[name] = dataclasses.replace(_REGISTRY[name], defined_in=core.__module__)  # not this one
     yield list(cores)
   finally:
     for name in cores:

@@ -10,7 +10,7 @@
   lra-bench report --results_dir DIR --out DIR
   lra-bench viz attention NAME [--length 64] [--out FILE.png|.svg]
   lra-bench check NAME [--lengths 256,512] [--out DIR] [--steps N] [--quick]
-  lra-bench new attention NAME [--dir DIR]
+  lra-bench new attention NAME [--dir DIR] [--style linen|nnx|function]
 
 Parsing is absl's argparse integration (``argparse_flags.ArgumentParser`` handed to ``app.run``), so a
 flag another command uses is an error here instead of being silently ignored, every value is checked by
@@ -173,6 +173,14 @@ def image_file(text: str) -> str:
   return path
 
 
+def sha256_hex(text: str) -> str:
+  """A sha256 digest: 64 hexadecimal digits (either case)."""
+  if not re.fullmatch(r"[0-9a-fA-F]{64}", text.strip()):
+    raise argparse.ArgumentTypeError(f"{text!r} is not a sha256 digest; expected 64 hexadecimal digits "
+                                     f"(got {len(text.strip())} characters)")
+  return text.strip().lower()
+
+
 def override(text: str) -> str:
   if "=" not in text or not text.split("=", 1)[0].strip():
     raise argparse.ArgumentTypeError(f"{text!r} is not of the form key=value (e.g. model.num_layers=2)")
@@ -269,7 +277,7 @@ def _add_data(commands, common) -> None:
   p.add_argument("what", choices=("lra-release",), help="what to download")
   _add_data_dir(p, output_dir)
   p.add_argument("--url", type=text_value, help="URL of the LRA tarball (default: the official one)")
-  p.add_argument("--sha256", type=text_value, help="expected sha256 of the tarball")
+  p.add_argument("--sha256", type=sha256_hex, help="expected sha256 of the tarball (64 hex digits)")
 
 
 def _add_train(commands, common) -> None:
@@ -377,6 +385,9 @@ def _add_new(commands, common) -> None:
   p = _command(new, "attention", "write a ready-to-edit attention core and its test", _new_attention, common)
   p.add_argument("name", metavar="NAME", help="registry name of the new core, e.g. my_attention")
   p.add_argument("--dir", type=output_dir, default=".", help="folder to write the two files in")
+  p.add_argument("--style", choices=("linen", "nnx", "function"), default="linen",
+                 help="how the core is written: a flax.linen module, a flax.nnx module, or a plain "
+                 "parameter-free function of (query, key, value, mask)")
 
 
 def build_parser() -> Parser:
@@ -439,9 +450,17 @@ def _prepare(args: argparse.Namespace) -> str:
   from lra_bench.training import config
 
   task = tasks.get_task(args.task)
+  given = [name for name in PREPARE_FLAGS if getattr(args, name) is not None]
+  taken = [name for name in PREPARE_FLAGS if name in task.prepare_options()]
+  for name in given:
+    if name not in taken:
+      takes = f"its flags: {', '.join('--' + n for n in taken)}" if taken else "it takes none of these flags"
+      raise config.ConfigError(f"data prepare {args.task}: --{name} does not apply to {args.task}; {takes}")
   options = config.load_config(args.protocol, args.task).data.prepare.to_dict() if args.protocol else {}
-  options.update({name: getattr(args, name) for name in PREPARE_FLAGS if getattr(args, name) is not None})
+  options.update({name: getattr(args, name) for name in given})
   config.validate_prepare(options)  # the merged options: each flag passed alone, not all together
+  if "name" in options:
+    tasks.base.check_name(args.task, options["name"])  # before anything is logged or written
   logging.info("preparing %s in %s with %s", args.task, _data_dir(args), options or "defaults")
   try:
     return task.prepare(_data_dir(args), **options)
@@ -567,7 +586,8 @@ def _check(args: argparse.Namespace) -> int:
 
 def _new_attention(args: argparse.Namespace) -> str:
   scaffold = _import_helper("scaffold", "lra-bench new attention")
-  return scaffold.new_attention(args.name, args.dir)
+  style = {} if args.style == "linen" else {"style": args.style}  # the default needs no keyword
+  return scaffold.new_attention(args.name, args.dir, **style)
 
 
 # ----------------------------------------------------------------------------------------------------

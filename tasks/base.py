@@ -9,6 +9,8 @@ examples (``examples``), and how to batch them (``dataset``, shared here). Batch
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import json
 import os
 import shlex
 from typing import Any, ClassVar
@@ -117,6 +119,40 @@ def length_range_error(min_length: int, max_length: int) -> str | None:
   return None
 
 
+def check_name(task: str, name: str, flag: str = "--name") -> str:
+  """A data variant's name (ListOps file prefix, Pathfinder sub-folder): a plain file name, so nothing is
+  read or written outside the data dir; else DataError naming the flag and the value."""
+  if not isinstance(name, str) or os.path.basename(name) != name or name in (".", "..") or \
+      (os.altsep and os.altsep in name) or "\0" in name:
+    raise DataError(f"data prepare {task}: {flag} {name!r} is not a plain file name (no '/', '..' or "
+                    f"path); use a name such as 'smoke'")
+  return name
+
+
+def read_meta(path: str, fix: str) -> dict[str, Any]:
+  """The JSON object of a prepare's metadata file ``path``; an empty or unreadable one is a DataError
+  naming it with ``fix`` (never skipped: it says what the data should hold)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      meta = json.load(f)
+  except (OSError, ValueError) as err:
+    raise DataError(f"{path}: unreadable prepare metadata ({type(err).__name__}: {err}); {fix}") from None
+  if not isinstance(meta, dict):
+    raise DataError(f"{path}: prepare metadata is not a JSON object; {fix}")
+  return meta
+
+
+def pid_alive(pid: int) -> bool:
+  """Whether process ``pid`` exists (a temporary file of a live process is not removed)."""
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except (PermissionError, OverflowError, ValueError):
+    return pid > 0
+  return True
+
+
 def default_data_dir() -> str:
   """``$LRA_DATA_DIR`` or ``~/lra_data``."""
   return os.environ.get("LRA_DATA_DIR") or os.path.join(os.path.expanduser("~"), "lra_data")
@@ -140,6 +176,11 @@ class Task:
 
   def examples(self, data_dir: str, split: str, *, max_length: int, **options) -> Examples:
     raise NotImplementedError
+
+  def prepare_options(self) -> list[str]:
+    """The options ``prepare`` takes by name (``data prepare`` refuses a flag outside them)."""
+    parameters = inspect.signature(self.prepare).parameters.values()
+    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "progress"]
 
   def prepare_command(self, data_dir: str, **options) -> str:
     """The shell command that makes this task's data (quoted into missing-data errors)."""

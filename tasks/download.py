@@ -14,6 +14,8 @@ import http.client
 import logging
 import os
 import shutil
+import socket
+import ssl
 import tarfile
 import tempfile
 import time
@@ -22,6 +24,7 @@ import urllib.request
 
 LRA_RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"  # LRA README
 CHUNK = 1 << 20
+TRANSIENT_HTTP = (429, 500, 502, 503, 504)  # too many requests, server errors: retried like a cut transfer
 
 
 class DownloadError(RuntimeError):
@@ -70,8 +73,15 @@ def fetch(url: str, path: str, *, size: int | None = None, sha256: str | None = 
       except urllib.error.HTTPError as err:
         if err.code == 416 and offset:  # range not satisfiable: the part is already complete
           break
-        raise DownloadError(f"{url}: HTTP {err.code} {err.reason}") from None
+        if err.code not in TRANSIENT_HTTP or attempt >= retries:
+          raise DownloadError(f"{url}: HTTP {err.code} {err.reason}") from None
+        attempt += 1
+        logging.warning("HTTP %d %s; retrying (%d/%d)", err.code, err.reason, attempt, retries)
+        time.sleep(min(backoff * 2.0 ** attempt, 30.0))
       except (http.client.HTTPException, urllib.error.URLError, ConnectionError, TimeoutError) as err:
+        if not transient(err):
+          raise DownloadError(f"{url}: {_reason(err)} (not retried: check the URL, the network or the "
+                              "proxy, then run the same command again)") from None
         attempt += 1
         if attempt > retries:
           raise DownloadError(f"{url}: transfer interrupted ({err}); run the same command again to "
@@ -81,6 +91,30 @@ def fetch(url: str, path: str, *, size: int | None = None, sha256: str | None = 
   _verify(part, size, sha256)
   os.replace(part, path)
   return path
+
+
+def _reason(err: BaseException) -> str:
+  reason = getattr(err, "reason", None) if isinstance(err, urllib.error.URLError) else None
+  err = reason if isinstance(reason, BaseException) else err
+  return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
+def transient(err: BaseException) -> bool:
+  """Whether a failed transfer may succeed if tried again: a timeout, a reset or cut connection, a
+  temporary name-resolution failure. A refused connection, a missing file (``file://``), an unknown
+  host or a certificate error is permanent: retrying only delays the message."""
+  if isinstance(err, urllib.error.URLError) and isinstance(err.reason, BaseException):
+    err = err.reason
+  if isinstance(err, urllib.error.URLError):  # a reason given as text: "unknown url type", ...
+    return "timed out" in str(err.reason)
+  if isinstance(err, (http.client.IncompleteRead, http.client.RemoteDisconnected)):
+    return True
+  if isinstance(err, socket.gaierror):
+    return err.errno == socket.EAI_AGAIN  # "temporary failure in name resolution"
+  if isinstance(err, ssl.SSLCertVerificationError):
+    return False
+  return isinstance(err, (TimeoutError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError,
+                          ssl.SSLError))
 
 
 def _verify(path: str, size: int | None, sha256: str | None) -> None:

@@ -16,6 +16,7 @@ Differences from the original, on purpose:
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import logging
 import os
@@ -27,7 +28,8 @@ from typing import Union
 import numpy as np
 
 from tasks import register_task
-from tasks.base import DataError, Examples, MissingDataError, Task, check_count, import_tf, length_range_error
+from tasks.base import (DataError, Examples, MissingDataError, Task, check_count, check_name, import_tf,
+                        length_range_error, pid_alive, read_meta)
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 CLOSE = "]"
@@ -137,6 +139,31 @@ def _split_path(data_dir: str, split: str, name: str) -> str:
   return os.path.join(data_dir, SUBDIR, f"{name}_{SPLIT_FILES[split]}.tsv")
 
 
+def _remove_stale_temporaries(out_dir: str) -> None:
+  """Removes the ``.tmp-listops-<pid>-*`` folders of killed prepares (not those of live processes)."""
+  for path in glob.glob(os.path.join(out_dir, ".tmp-listops-*-*")):
+    pid = os.path.basename(path).split("-")[2]
+    if pid.isdigit() and not pid_alive(int(pid)):
+      shutil.rmtree(path, ignore_errors=True)
+      logging.info("removed %s (left by an interrupted prepare)", path)
+
+
+def _count_examples(path: str) -> int:
+  """Non-empty lines after the header (``read_tsv``'s examples, without parsing them)."""
+  with open(path, "rb") as f:
+    return sum(1 for line in f if line.strip()) - 1
+
+
+def _short_files(data_dir: str, options: dict) -> str | None:
+  """Which prepared file holds fewer or more examples than ``options`` say (a cut copy), or None."""
+  for split, short in SPLIT_FILES.items():
+    path = _split_path(data_dir, split, options["name"])
+    count, expected = _count_examples(path), options[f"num_{short}"]
+    if count != expected:
+      return f"{path} holds {count} examples, its metadata {expected}"
+  return None
+
+
 def num_tokens(source: str) -> int:
   """Tokens after LRA preprocessing (parentheses dropped), for single-space separated sources."""
   return source.count(" ") + 1 - source.count("(") - source.count(")")
@@ -144,6 +171,26 @@ def num_tokens(source: str) -> int:
 
 def read_tsv(path: str, num_classes: int = 10) -> tuple[list[str], list[int]]:
   """Reads and validates one ListOps TSV; malformed lines raise ``DataError`` naming file:line."""
+  try:
+    return _read_tsv(path, num_classes)
+  except UnicodeDecodeError:
+    raise DataError(_utf8_error(path)) from None
+
+
+def _utf8_error(path: str) -> str:
+  """Where ``path`` stops being UTF-8 (file:line, the byte) and the fix."""
+  with open(path, "rb") as f:
+    for lineno, line in enumerate(f, start=1):
+      try:
+        line.decode("utf-8")
+      except UnicodeDecodeError as err:
+        return (f"{path}:{lineno}: not valid UTF-8 (byte 0x{line[err.start]:02x} at column {err.start + 1}); "
+                "a ListOps TSV is UTF-8 text: restore the file, or regenerate it with lra-bench data "
+                "prepare listops --overwrite (and the options it was made with)")
+  return f"{path}: not valid UTF-8"
+
+
+def _read_tsv(path: str, num_classes: int) -> tuple[list[str], list[int]]:
   sources, labels = [], []
   with open(path, newline="", encoding="utf-8") as f:
     header = f.readline().rstrip("\r\n").split("\t")
@@ -230,6 +277,7 @@ class ListOps(Task):
     problem = length_range_error(min_length, max_length)
     if problem:
       raise DataError(f"data prepare {self.name}: {problem}")
+    check_name(self.name, name)
     out_dir = os.path.join(data_dir, SUBDIR)
     options = dict(name=name, num_train=num_train, num_val=num_val, num_test=num_test, seed=seed,
                    min_length=min_length, max_length=max_length, generator="lra-bench listops v1")
@@ -237,10 +285,14 @@ class ListOps(Task):
     paths = [_split_path(data_dir, s, name) for s in SPLIT_FILES]
     if all(map(os.path.exists, paths)) and not overwrite:
       if os.path.exists(meta_path):
-        with open(meta_path) as f:
-          if json.load(f) == options:
+        if read_meta(meta_path, "pass --overwrite to regenerate the data") == options:
+          short = _short_files(data_dir, options)
+          if not short:
             logging.info("ListOps data already prepared in %s", out_dir)
             return out_dir
+          logging.warning("%s; generating the files again", short)
+          return self.prepare(data_dir, **{k: v for k, v in options.items() if k != "generator"},
+                              overwrite=True, progress=progress)
         raise DataError(f"{out_dir} holds ListOps '{name}' files generated with other options "
                         f"(see {meta_path}); pass --overwrite to regenerate them")
       logging.info("found ListOps files without generator metadata in %s (official release?); "
@@ -251,7 +303,8 @@ class ListOps(Task):
     cuts = {"train": pairs[:num_train], "validation": pairs[num_train:num_train + num_val],
             "test": pairs[num_train + num_val:]}
     os.makedirs(out_dir, exist_ok=True)
-    tmp_dir = tempfile.mkdtemp(prefix=".tmp-listops-", dir=out_dir)
+    _remove_stale_temporaries(out_dir)
+    tmp_dir = tempfile.mkdtemp(prefix=f".tmp-listops-{os.getpid()}-", dir=out_dir)
     try:
       for split, rows in cuts.items():
         with open(os.path.join(tmp_dir, os.path.basename(_split_path(data_dir, split, name))), "w",
@@ -269,15 +322,32 @@ class ListOps(Task):
       shutil.rmtree(tmp_dir, ignore_errors=True)
     return out_dir
 
+  def _check_count(self, data_dir: str, split: str, name: str, count: int) -> None:
+    """A file we generated holds the count its metadata promises (else it was cut: refused)."""
+    meta_path = os.path.join(data_dir, SUBDIR, f"{name}_meta.json")
+    if not os.path.exists(meta_path):
+      return  # the official release or a user's own files: nothing promised
+    command = self.prepare_command(data_dir, name=name)
+    meta = read_meta(meta_path, f"delete it and regenerate the data: {command} --overwrite (with the options "
+                     "it was made with)")
+    expected = meta.get(f"num_{SPLIT_FILES[split]}")
+    if isinstance(expected, int) and count != expected:
+      options = {k: v for k, v in meta.items() if k != "generator"}
+      raise DataError(f"{_split_path(data_dir, split, name)}: {count} examples, but {meta_path} promises "
+                      f"{expected} (a cut or edited file); regenerate it with: "
+                      f"{self.prepare_command(data_dir, **options)}")
+
   def examples(self, data_dir: str, split: str, *, max_length: int, name: str = "basic") -> Examples:
     path = _split_path(data_dir, split, name)
     if not os.path.exists(path):
       fix = self.prepare_command(data_dir) if name == "basic" else \
           f"lra-bench data prepare listops --protocol <the protocol that uses {name!r}> --data_dir {data_dir}"
       raise MissingDataError(f"ListOps data not found: {path} does not exist.\nGenerate it with:\n  {fix}")
+    check_name(self.name, name, "data.options.name")
     sources, labels = read_tsv(path, self.num_classes)
     if not sources:
       raise DataError(f"{path}: no examples")
+    self._check_count(data_dir, split, name, len(sources))
     num_truncated = sum(num_tokens(s) > max_length for s in sources)
     if num_truncated:
       logging.warning("%s: %d of %d examples are longer than max_length=%d and are truncated",

@@ -28,6 +28,8 @@ import json
 import logging
 import multiprocessing
 import os
+import pickle
+import re
 import shutil
 from typing import ClassVar
 
@@ -35,8 +37,8 @@ import numpy as np
 
 from tasks import register_task
 from tasks import pathfinder_gen as gen
-from tasks.base import (PIXEL_VOCAB, DataError, Examples, MissingDataError, Task, check_count, fit_length_fn,
-                        import_tf, pixel_inputs_fn)
+from tasks.base import (PIXEL_VOCAB, DataError, Examples, MissingDataError, Task, check_count, check_name,
+                        fit_length_fn, import_tf, pid_alive, pixel_inputs_fn, read_meta)
 
 DIFFICULTY_DIRS = {6: "curv_baseline", 9: "curv_contour_length_9", 14: "curv_contour_length_14"}
 META_FILE = "lra_bench_meta.json"
@@ -114,6 +116,9 @@ def read_metadata(out_dir: str) -> list[tuple[str, int]]:
   for path in files:
     with open(path, "rb") as f:
       raw = f.read()
+    if not raw.strip():
+      raise DataError(f"{path}: empty metadata file (an interrupted prepare or copy?); delete it and run "
+                      "lra-bench data prepare again to regenerate that batch, or restore it")
     if raw.startswith(b"\x93NUMPY"):  # the original generator's np.save of a string array
       lines = [" ".join(map(str, row)) for row in np.load(io.BytesIO(raw), allow_pickle=False)]
     else:
@@ -177,7 +182,9 @@ def load(out_dir: str, resolution: int) -> tuple[np.ndarray, np.ndarray]:
   cache = os.path.join(out_dir, CACHE_DIR)
   pixels_path, labels_path = (os.path.join(cache, f"{kind}-{key}.npy") for kind in ("pixels", "labels"))
   if os.path.exists(labels_path) and os.path.exists(pixels_path):
-    return np.load(pixels_path, mmap_mode="r"), np.load(labels_path)
+    cached = _read_cache(pixels_path, labels_path, resolution)
+    if cached is not None:
+      return cached
   rows = read_metadata(out_dir)
   logging.info("decoding %d Pathfinder PNGs in %s (once; cached in %s)", len(rows), out_dir, cache)
   pixels, labels, skipped = decode_images(rows, resolution)
@@ -198,6 +205,59 @@ def load(out_dir: str, resolution: int) -> tuple[np.ndarray, np.ndarray]:
   except OSError as err:  # e.g. a read-only copy of the release: work from memory
     logging.warning("cannot cache decoded images in %s (%s); decoding again next time", cache, err)
   return pixels, labels
+
+
+def _read_cache(pixels_path: str, labels_path: str, resolution: int) -> tuple[np.ndarray, np.ndarray] | None:
+  """The cached (pixels, labels), or None when the cache is unreadable or inconsistent (a cut or
+  corrupt file: it is removed, and the images are decoded again)."""
+  try:
+    pixels, labels = np.load(pixels_path, mmap_mode="r"), np.load(labels_path)
+    if pixels.ndim != 2 or pixels.shape[1] != resolution * resolution or pixels.dtype != np.uint8 or \
+        labels.shape != (pixels.shape[0],):
+      raise ValueError(f"pixels {pixels.dtype} {pixels.shape} and labels {labels.dtype} {labels.shape} do "
+                       f"not match {resolution}x{resolution} images")
+    return pixels, labels
+  except (ValueError, OSError, EOFError, pickle.UnpicklingError) as err:
+    detail = " ".join(str(err).split())[:200]
+    logging.warning("decode cache %s is unreadable (%s: %s); decoding the images again", pixels_path,
+                    type(err).__name__, detail)
+    for path in (labels_path, pixels_path):
+      try:
+        os.remove(path)
+      except OSError:
+        pass  # read-only: the new cache cannot be written either, and load() says so
+    return None
+
+
+def remove_stale_temporaries(out_dir: str) -> list[str]:
+  """Removes the ``.tmp-*`` files and folders that killed prepares or decodes left under ``out_dir``
+  (those of a process still running are kept). Returns the removed paths."""
+  pattern = re.compile(r"\.tmp-(?:\d+-)?(\d+)(?:\.npy)?$")
+  candidates = (glob.glob(os.path.join(out_dir, "imgs", ".tmp-*")) +
+                glob.glob(os.path.join(out_dir, "metadata", "*.tmp-*")) +
+                glob.glob(os.path.join(out_dir, f"{META_FILE}.tmp-*")) +
+                glob.glob(os.path.join(out_dir, CACHE_DIR, "*.tmp-*")))
+  removed = []
+  for path in candidates:
+    match = pattern.search(os.path.basename(path))
+    if match and pid_alive(int(match.group(1))):
+      continue
+    if os.path.isdir(path):
+      shutil.rmtree(path, ignore_errors=True)
+    else:
+      try:
+        os.remove(path)
+      except OSError:
+        continue
+    removed.append(path)
+  return removed
+
+
+def missing_batches(out_dir: str, options: dict) -> list[int]:
+  """The batches a prepare with ``options`` (its ``lra_bench_meta.json``) has not finished yet."""
+  done = {os.path.splitext(os.path.basename(f))[0] for f in metadata_files(out_dir)}
+  num_batches = -(-options["num_images"] // options["images_per_batch"])
+  return [b for b in range(num_batches) if str(b) not in done]
 
 
 def split_indices(num_examples: int, split: str, split_seed: int) -> np.ndarray:
@@ -276,13 +336,13 @@ class _Pathfinder(Task):
     images_per_batch = check_count(self.name, "images_per_batch", images_per_batch)
     if workers is not None:
       workers = check_count(self.name, "workers", workers)
+    check_name(self.name, name)
     out_dir = difficulty_dir(self._root(data_dir, name), resolution, contour_length)
     options = dict(resolution=resolution, contour_length=contour_length, num_images=num_images, seed=seed,
                    images_per_batch=images_per_batch, generator=GENERATOR_VERSION)
     meta_path = os.path.join(out_dir, META_FILE)
     if os.path.exists(meta_path):
-      with open(meta_path) as f:
-        existing = json.load(f)
+      existing = read_meta(meta_path, "delete it (or pass --overwrite) to regenerate the images")
       if existing != options:
         if not overwrite:
           raise DataError(f"{out_dir} holds Pathfinder images generated with other options (see "
@@ -296,12 +356,14 @@ class _Pathfinder(Task):
       shutil.rmtree(out_dir)
     os.makedirs(os.path.join(out_dir, "imgs"), exist_ok=True)
     os.makedirs(os.path.join(out_dir, "metadata"), exist_ok=True)
+    # The metadata file records the options first (a resumed prepare checks them); the batches'
+    # metadata/<b>.npy files are the commit markers, which examples() counts against it.
     if not os.path.exists(meta_path):
       _write_atomic(meta_path, json.dumps(options, indent=1).encode())
-    num_batches = -(-num_images // images_per_batch)
+    for path in remove_stale_temporaries(out_dir):
+      logging.info("removed %s (left by an interrupted prepare)", path)
     jobs = [(out_dir, resolution, contour_length, b, min(images_per_batch, num_images - b * images_per_batch),
-             seed) for b in range(num_batches)
-            if not os.path.exists(os.path.join(out_dir, "metadata", f"{b}.npy"))]
+             seed) for b in missing_batches(out_dir, options)]
     if not jobs:
       logging.info("Pathfinder data already prepared in %s", out_dir)
       return out_dir
@@ -318,10 +380,34 @@ class _Pathfinder(Task):
             bar.update(count)
     return out_dir
 
+  def _check_complete(self, data_dir: str, out_dir: str, name: str) -> None:
+    """Generated data (it has ``lra_bench_meta.json``) holds every batch its metadata promises; an
+    interrupted prepare is refused with the command that resumes it."""
+    meta_path = os.path.join(out_dir, META_FILE)
+    if not os.path.exists(meta_path):
+      return  # the official release, or nothing yet (the missing-data error follows)
+    meta = read_meta(meta_path, "delete it and regenerate the images with lra-bench data prepare "
+                     f"{self.name} --overwrite (and the options they were made with)")
+    try:
+      missing = missing_batches(out_dir, meta)
+    except (KeyError, TypeError, ZeroDivisionError):
+      raise DataError(f"{meta_path}: not the metadata of an lra-bench prepare (no num_images / "
+                      "images_per_batch); delete it, or regenerate the images with --overwrite") from None
+    if missing:
+      keys = ("resolution", "contour_length", "num_images", "seed", "images_per_batch")
+      options = {k: meta[k] for k in keys if k in meta}
+      num_batches = -(-meta["num_images"] // meta["images_per_batch"])
+      resume = self.prepare_command(data_dir, **options, **({"name": name} if name else {}))
+      raise DataError(f"{out_dir}: incomplete Pathfinder data: {num_batches - len(missing)} of "
+                      f"{num_batches} batches of {meta['num_images']} images (an interrupted data prepare); "
+                      f"finish it with: {resume}")
+
   def examples(self, data_dir: str, split: str, *, max_length: int, contour_length: int | None = None,
                split_seed: int = 0, input_kind: str = "tokens", name: str = "", limit: int = 0) -> Examples:
     contour_length = contour_length or self.contour_length
+    check_name(self.name, name, "data.options.name")
     out_dir, looked = self.find(data_dir, contour_length, name)
+    self._check_complete(data_dir, out_dir, name)
     if not metadata_files(out_dir):
       options = {"contour_length": contour_length, **({"name": name} if name else {})}
       raise MissingDataError(

@@ -211,3 +211,53 @@ def test_isolated_suite_cell_trains_a_plugin_core(plugins, listops_dir, tmp_path
                   isolate=True, progress=False)
   (record,) = results.load_records(results_dir)
   assert (record["attention"], record["status"]) == ("suite_core", "ok"), record.get("error")
+
+
+def test_copied_plugin_file_registering_the_same_class_name_clashes(plugins):
+  """Issue 30 item 5: a copied scaffold file (same name, same class name) used to replace the first
+  core silently while records still named the first module."""
+  first = plugins(_unique("copy_a"), CORE.format(name="copied_core", cls="CopiedCore"))
+  second = plugins(_unique("copy_b"), CORE.format(name="copied_core", cls="CopiedCore"))
+  with pytest.raises(attention_zoo.PluginError) as err:
+    attention_zoo.load_plugins([first, second])
+  assert str(err.value) == (f"plugin '{second}': attention 'copied_core' is registered twice: by module "
+                            f"'{first}' and by module '{second}'; rename one of them")
+  assert attention_zoo.defining_module("copied_core") == first
+  assert type(attention_zoo.create_attention("copied_core")).__module__ == first  # the first one runs
+
+
+def test_copied_plugin_clash_is_one_cli_line(plugins, tmp_path):
+  first = plugins(_unique("cli_a"), CORE.format(name="cli_copied", cls="CliCopied"))
+  second = plugins(_unique("cli_b"), CORE.format(name="cli_copied", cls="CliCopied"))
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), REPO]))
+  env.pop(registry.PLUGINS_ENV, None)
+  proc = subprocess.run([sys.executable, "-m", "lra_bench", "list", "attentions", "--plugin", first,
+                         "--plugin", second], capture_output=True, text=True, env=env, timeout=300)
+  assert proc.returncode == 2, proc.stderr
+  assert proc.stderr.splitlines() == [
+      f"error: plugin '{second}': attention 'cli_copied' is registered twice: by module '{first}' and by "
+      f"module '{second}'; rename one of them"]
+
+
+def test_reimporting_the_same_plugin_module_is_not_a_clash(plugins):
+  import importlib
+
+  module = plugins(_unique("reload"), CORE.format(name="reloaded_core", cls="ReloadedCore"))
+  attention_zoo.load_plugins([module])
+  importlib.reload(sys.modules[module])  # the same module registers its (new) class again
+  assert attention_zoo.defining_module("reloaded_core") == module
+  assert type(attention_zoo.create_attention("reloaded_core")) is sys.modules[module].ReloadedCore
+
+
+def test_one_file_imported_under_two_module_names_is_not_a_clash(plugins, tmp_path):
+  """``--plugin pkg.core`` and the installed ``core`` of the same file (two sys.path entries)."""
+  plugins(f"{_unique('pkg')}.placeholder", "")
+  package = next(p.name for p in tmp_path.iterdir() if p.name.startswith("pkg_"))
+  plugins(f"{package}.same_core", CORE.format(name="same_file_core", cls="SameFileCore"))
+  monkeypatch_path = str(tmp_path / package)
+  sys.path.insert(0, monkeypatch_path)
+  try:
+    attention_zoo.load_plugins([f"{package}.same_core", "same_core"])
+  finally:
+    sys.path.remove(monkeypatch_path)
+  assert attention_zoo.defining_module("same_file_core") == f"{package}.same_core"

@@ -38,6 +38,23 @@ def sinusoidal_positions(length: int, dim: int, max_scale: float = 10_000.0) -> 
   return table
 
 
+class CoreOutputError(ValueError):
+  """An attention core returned something other than ``[B, L, H, V]`` in the dtype of its values."""
+
+
+def check_core_output(name: str, out: Any, value: jax.Array) -> None:
+  """Raises ``CoreOutputError`` naming the core and its module unless ``out`` has ``value``'s shape
+  ``[B, L, H, V]`` and dtype (CONTRACT 1). Runs at trace time: the shapes are static."""
+  shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+  if shape is not None and tuple(shape) == tuple(value.shape) and dtype == value.dtype:
+    return
+  got = f"{type(out).__name__}" if shape is None else f"{dtype} {list(shape)}"
+  raise CoreOutputError(
+      f"attention {name!r} (module {attention_zoo.defining_module(name)}) returned {got}; a core must "
+      f"return [B, L, H, V] = {list(value.shape)} in the values' dtype {value.dtype}; "
+      f"`lra-bench check {name}` runs the conformance checks")
+
+
 class MultiHeadAttention(nn.Module):
   """Q/K/V/out projections (no bias, xavier-uniform) around a registered attention core."""
 
@@ -60,6 +77,7 @@ class MultiHeadAttention(nn.Module):
     core = attention_zoo.create_attention(self.attention, dropout_rate=self.dropout_rate,
                                           **dict(self.attention_kwargs))
     out = core.clone(parent=self, name="core")(q, k, v, mask=mask, deterministic=deterministic)
+    check_core_output(self.attention, out, v)
     return nn.DenseGeneral(x.shape[-1], axis=(-2, -1), use_bias=False, name="out",
                            kernel_init=nn.initializers.xavier_uniform(), dtype=self.dtype)(out)
 
