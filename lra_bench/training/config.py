@@ -41,6 +41,9 @@ PRECISIONS = ("float32", "bfloat16")  # compute dtype; parameters, softmax, norm
 SCHEDULE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "linear_decay", "cosine_decay")
 BENCH_MODES = ("train", "inference")
 MAX_SEED = 2**31 - 1  # seeds feed jax.random.PRNGKey and tf.data; both take any value up to here
+# Keys that say what a run is: they come from load_config's arguments (the --protocol / --task flags),
+# never from an override, so a 60-step smoke run cannot be relabelled as an LRA run.
+FIXED_KEYS = {"protocol": "--protocol", "task": "--task"}
 
 
 class ConfigError(ValueError):
@@ -94,6 +97,9 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
     if "=" not in item:
       raise ConfigError(f"override {item!r} is not of the form key=value")
     key, text = (part.strip() for part in item.split("=", 1))
+    if key in FIXED_KEYS:
+      raise ConfigError(f"override {item!r}: {key!r} cannot be overridden, it names the preset the config "
+                        f"comes from; choose it with {FIXED_KEYS[key]} instead")
     parent_key, _, leaf = key.rpartition(".")
     try:
       section = config_path.get_value(parent_key, config) if parent_key in OPEN_SECTIONS else None
