@@ -10,6 +10,10 @@ benchmark use as well:
 - ``oom``: the device (or host) ran out of memory; for a benchmark point, a worker killed by SIGKILL;
 - ``failed``: anything else (NaN loss, bad data, a config the devices cannot take, a timeout, a bug).
 
+One process trains a workdir at a time: ``train_cell`` holds an exclusive lock on ``<workdir>/.lock``
+(``exclusive``, the same lock as the suite's per-cell claims), and a second process raises
+``WorkdirBusyError`` naming the pid and host that hold it, before it reads or writes anything there.
+
 ``KeyboardInterrupt`` and ``SystemExit`` are never records: they propagate, and so does a refusal to
 resume another config's checkpoints (``checkpoints.ConfigMismatchError``: nothing ran, and the workdir's
 ``result.json`` keeps the earlier run's record) and a record that could not be written
@@ -18,12 +22,16 @@ resume another config's checkpoints (``checkpoints.ConfigMismatchError``: nothin
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import shutil
+import socket
+import time
 import traceback
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import ml_collections
@@ -34,6 +42,64 @@ from lra_bench.training import config as config_lib
 from lra_bench.training import checkpoints, loop, xla_stats
 
 MAX_ERROR_CHARS = 2000
+LOCK_FILE = ".lock"  # in the workdir, held while a process trains it
+
+
+class WorkdirBusyError(RuntimeError):
+  """Another process is training this workdir. Not a result of the run: nothing was read or written."""
+
+
+def holder_info() -> dict[str, Any]:
+  """Who holds a lock: pid, host and scheduler job (with many workers on a cluster, the file says which)."""
+  job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+  if os.environ.get("SLURM_ARRAY_JOB_ID"):
+    job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+  return {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "since": time.time()}
+
+
+@contextlib.contextmanager
+def exclusive(path: str) -> Iterator[dict[str, Any] | None]:
+  """A non-blocking exclusive ``flock`` on ``path`` (created if missing; the OS releases it when the
+  process dies). Yields None when this process holds it (the file then names it, ``holder_info``),
+  else the holder the file names (``{}`` when it cannot be read)."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "a+") as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      f.seek(0)
+      try:
+        holder = json.loads(f.read() or "null")
+      except json.JSONDecodeError:
+        holder = None
+      yield holder if isinstance(holder, dict) else {}
+      return
+    try:
+      f.truncate(0)
+      f.write(json.dumps(holder_info()) + "\n")
+      f.flush()
+      yield None
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def describe_holder(holder: dict[str, Any]) -> str:
+  """``pid 123 on host h (job 7)`` from a lock file's holder."""
+  if not holder.get("pid"):
+    return "another process"
+  job = f" (job {holder['job']})" if holder.get("job") else ""
+  return f"pid {holder['pid']} on host {holder.get('host', '?')}{job}"
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str) -> Iterator[None]:
+  """Holds ``<workdir>/.lock`` (one per process of a multi-host run) or raises ``WorkdirBusyError``."""
+  name = LOCK_FILE if jax.process_count() == 1 else f"{LOCK_FILE}.process{jax.process_index()}"
+  with exclusive(os.path.join(workdir, name)) as holder:
+    if holder is not None:
+      raise WorkdirBusyError(f"{workdir} is being trained by {describe_holder(holder)}; wait for that run "
+                             "to finish (or stop it), or give this one another --workdir")
+    yield
 
 
 def outcome(err: BaseException) -> tuple[str, str]:
@@ -91,6 +157,13 @@ def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
   workdir, data_dir = checkpoints.absolute(workdir), checkpoints.absolute(data_dir)
   results_dir = checkpoints.absolute(results_dir) if results_dir else None
   os.makedirs(workdir, exist_ok=True)
+  with workdir_lock(workdir):
+    return _train_locked(config, workdir, data_dir, results_dir, force)
+
+
+def _train_locked(config: ml_collections.ConfigDict, workdir: str, data_dir: str, results_dir: str | None,
+                  force: bool) -> dict[str, Any]:
+  """``train_cell`` once the workdir is this process's."""
   previous = None if force else previous_record(workdir, config)
   if previous is not None:
     logging.info("%s already holds a %r result for this config; not rerunning", workdir, previous["status"])
