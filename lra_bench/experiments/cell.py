@@ -27,6 +27,7 @@ import fcntl
 import json
 import logging
 import os
+import shlex
 import shutil
 import socket
 import time
@@ -115,10 +116,32 @@ def outcome(err: BaseException) -> tuple[str, str]:
   return status, message.strip()[:MAX_ERROR_CHARS]
 
 
+def prepare_options(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The ``data prepare`` options that make the data ``config`` reads: its ``data.prepare``, with every
+  ``data.options`` value the task's ``prepare`` also takes (the file name, the contour length ...)."""
+  import inspect
+
+  options = config.data.prepare.to_dict()
+  takes = inspect.signature(tasks_lib.get_task(config.task).prepare).parameters
+  options.update({k: v for k, v in config.data.options.to_dict().items() if k in takes and k != "data_dir"})
+  return options
+
+
+def prepare_flags(config: ml_collections.ConfigDict) -> list[str]:
+  """``--key value`` for each ``prepare_options`` value that the protocol's preset does not give."""
+  try:
+    preset = prepare_options(config_lib.load_config(config.protocol, config.task))
+  except config_lib.ConfigError:  # a protocol made in Python: spell every option out
+    preset = {}
+  return [f"--{k} {shlex.quote(str(v))}" for k, v in sorted(prepare_options(config).items())
+          if preset.get(k, object()) != v]
+
+
 def missing_data(err: tasks_lib.MissingDataError, config: ml_collections.ConfigDict, data_dir: str) -> str:
-  """The ``no_data`` message: what is missing and the command that prepares it for this protocol."""
-  fix = (f"lra-bench data prepare {config.task} --protocol {config.protocol} "
-         f"--data_dir {os.path.abspath(data_dir)}")
+  """The ``no_data`` message: what is missing and the command that prepares exactly the data this run
+  reads (the protocol's preset and whatever the run's overrides changed in it)."""
+  fix = " ".join([f"lra-bench data prepare {config.task} --protocol {config.protocol} "
+                  f"--data_dir {shlex.quote(os.path.abspath(data_dir))}", *prepare_flags(config)])
   return str(err).split("\n")[0] + f"\nPrepare it for protocol {config.protocol!r} with:\n  {fix}"
 
 
