@@ -23,10 +23,12 @@ resume another config's checkpoints (``checkpoints.ConfigMismatchError``: nothin
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -38,6 +40,7 @@ import jax
 import ml_collections
 
 import tasks as tasks_lib
+from lra_bench import files
 from lra_bench.experiments import results
 from lra_bench.training import config as config_lib
 from lra_bench.training import checkpoints, loop, xla_stats
@@ -103,12 +106,38 @@ def workdir_lock(workdir: str) -> Iterator[None]:
     yield
 
 
-def outcome(err: BaseException) -> tuple[str, str]:
+def disk_full(err: BaseException) -> bool:
+  """Whether ``err`` (or an error it came from) says the disk is full: ``ENOSPC``, however the library
+  that hit it (orbax/TensorStore, TensorFlow, Python) wrapped it."""
+  seen = set()
+  while err is not None and id(err) not in seen:
+    seen.add(id(err))
+    if getattr(err, "errno", None) == errno.ENOSPC or "No space left on device" in str(err):
+      return True
+    err = err.__cause__ or err.__context__
+  return False
+
+
+def disk_full_message(err: BaseException, workdir: str | None) -> str:
+  """One line: ENOSPC, where, and the fix (a rerun resumes from the last checkpoint)."""
+  text = "\n".join(str(e) for e in (err, err.__cause__, err.__context__) if e is not None)
+  paths = [p for p in [getattr(err, "filename", None), *re.findall(r"(/[^\s\"';:]+)", text)] if p]
+  mine = [p for p in paths if workdir and p.startswith(workdir)]  # else one in an existing directory
+  paths = mine or [p for p in paths if os.path.isdir(os.path.dirname(p.rstrip("/")) or "/")]
+  where = (paths or [workdir or "the run's workdir"])[0]
+  return (f"disk full (ENOSPC: No space left on device) while writing {where}; free space on that "
+          f"filesystem (df -h {workdir or where}) or give the run another --workdir, then rerun the same "
+          "command: it resumes from the last complete checkpoint")
+
+
+def outcome(err: BaseException, workdir: str | None = None) -> tuple[str, str]:
   """(status, message) of a failed run: ``oom`` or ``failed`` (``no_data`` is ``missing_data``'s).
 
-  Errors whose message is written for the user (training, data, config) keep it as is; any other
-  error is prefixed with its type.
+  Errors whose message is written for the user (training, data, config) keep it as is; a full disk is
+  one line with the fix (``disk_full_message``); any other error is prefixed with its type.
   """
+  if disk_full(err):  # before is_oom: TensorStore reports ENOSPC as RESOURCE_EXHAUSTED
+    return "failed", disk_full_message(err, workdir)
   status = "oom" if xla_stats.is_oom(err) else "failed"
   clear = isinstance(err, (loop.TrainingError, tasks_lib.DataError, config_lib.ConfigError,
                            checkpoints.CheckpointError))
@@ -203,21 +232,35 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, data_dir: str
   except (KeyboardInterrupt, SystemExit, checkpoints.ConfigMismatchError):
     raise
   except BaseException as err:  # noqa: BLE001 - every failure becomes a record
-    with open(os.path.join(workdir, "error.log"), "w") as f:
-      f.write(traceback.format_exc())
-    status, message = outcome(err)
+    _save_traceback(workdir)
+    status, message = outcome(err, workdir)
     record = results.train_record(config, status, error=message, **where)
   if jax.process_index() == 0:
     _write(record, workdir, results_dir)
   return record
 
 
+def _save_traceback(workdir: str) -> None:
+  """``<workdir>/error.log``: the traceback of the exception being handled; best effort (on a full disk
+  it cannot be written, and the failure handler must not fail)."""
+  with contextlib.suppress(OSError):
+    files.write_atomic(os.path.join(workdir, "error.log"), traceback.format_exc())
+
+
 def _write(record: dict[str, Any], workdir: str, results_dir: str | None) -> None:
   """``result.json``, then the results file; says where (INFO: `train` shows it; a suite
   keeps it in the cell's train.log, its console shows the progress bar)."""
   path = os.path.join(workdir, "result.json")
-  results.write_json_atomic(path, record)
+  try:
+    results.write_json_atomic(path, record)
+    if results_dir:
+      results.append_record(results_dir, record)
+  except results.RecordWriteError as err:
+    if record["status"] == "ok":
+      raise
+    # The run's own failure first (often the same full disk), then why there is no record of it.
+    raise results.RecordWriteError(f"run {record['status']}: {record['error'].splitlines()[0]}; and "
+                                   f"no {record['status']!r} record: {err}") from err
   if results_dir:
-    results.append_record(results_dir, record)
     path += " and " + os.path.join(results_dir, results.RESULTS_FILE)
   logging.info("%s record written to %s", record["status"], path)  # train shows INFO; a suite only its bar
