@@ -680,6 +680,11 @@ def main(args: argparse.Namespace) -> int:
       raise
     print(f"error: {err}", file=sys.stderr)
     return 1
+  except MemoryError as err:  # xla_stats.check_fits: a program refused before it ran (e.g. viz --length)
+    if not isinstance(err, getattr(sys.modules.get("lra_bench.training.xla_stats"), "MemoryEstimateError", ())):
+      raise
+    print(f"error: {err}", file=sys.stderr)
+    return 2
   except KeyboardInterrupt as err:  # Ctrl-C: where it stopped (a run says its step), not a traceback
     print(f"error: {err or 'interrupted; rerun the same command to resume'}", file=sys.stderr)
     return 130

@@ -140,7 +140,7 @@ def outcome(err: BaseException, workdir: str | None = None) -> tuple[str, str]:
     return "failed", disk_full_message(err, workdir)
   status = "oom" if xla_stats.is_oom(err) else "failed"
   clear = isinstance(err, (loop.TrainingError, tasks_lib.DataError, config_lib.ConfigError,
-                           checkpoints.CheckpointError))
+                           checkpoints.CheckpointError, xla_stats.MemoryEstimateError))
   message = str(err) if clear else f"{type(err).__name__}: {err}"
   return status, message.strip()[:MAX_ERROR_CHARS]
 

@@ -247,6 +247,7 @@ class Run:
                                  steps.example_batch(self.data.train.element_spec, 0))
     self.compiled, self.compile_seconds, self.analysis = compile_train_step(self.placed, self.state,
                                                                             global_shapes)
+    xla_stats.check_fits(self.compiled, "train step", steps.MEMORY_FIX)  # before the allocator aborts
     self.writer = _summary_writer(workdir)
     self.schedule = optim.learning_rate_schedule(config.optimizer)
 
