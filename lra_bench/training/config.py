@@ -4,7 +4,8 @@
 the attention and the seed are arguments (never formatted into override strings), and every override
 ``key=value`` is parsed by the type of the field it replaces (``batch_size=8`` an int,
 ``precision=bfloat16`` a string, ``optimizer.learning_rate=1e-3`` a float; quotes around strings are
-optional). Unknown keys are errors, except below the open sections ``OPEN_SECTIONS``: a new key of
+optional). ``protocol`` and ``task`` are never overrides (``FIXED_KEYS``: they name the preset, so a
+smoke run cannot be relabelled ``lra``). Unknown keys are errors, except below the open sections ``OPEN_SECTIONS``: a new key of
 ``model.attention_kwargs`` is parsed by the type of the attention config's field of that name (and
 checked by the registry), a new key of ``data.options`` / ``data.prepare`` as a Python literal, else as
 text. ``validate`` holds every check a config can have without knowing the devices: each key's type and
