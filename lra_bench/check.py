@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any, Sequence
 
@@ -230,16 +229,9 @@ def _header(name: str) -> list[str]:
 
 
 def _write_atomic(path: str, text: str) -> None:
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".md", dir=directory)
-  try:
-    with os.fdopen(fd, "w") as f:
-      f.write(text)
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
+  from lra_bench import files
+
+  files.write_atomic(path, text, suffix=".md")
 
 
 def _validate(name: str, lengths: Sequence[int], steps: int | None) -> list[int]:

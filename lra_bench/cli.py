@@ -51,6 +51,16 @@ PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_
 # Loggers of libraries whose INFO lines are noise for a user (orbax logs through absl's logger).
 CHATTY_LOGGERS = ("absl", "orbax", "tensorstore", "tensorflow", "tensorflow_datasets", "jax")
 MAX_SEED = 2**31 - 1
+# Config keys a command sets from its own flags: a --set of one of them would contradict the flag (the
+# run would train one thing and be filed under another), so it is an error naming the flag.
+FLAG_KEYS = {
+    "train": {"protocol": "--protocol", "task": "--task", "model.attention": "--attention", "seed": "--seed"},
+    "suite": {"protocol": "--protocol", "task": "--tasks", "model.attention": "--attentions",
+              "seed": "--seeds"},
+    "bench": {"model.attention": "--attentions", "data.max_length": "--lengths", "batch_size": "--batch_size",
+              "bench.mode": "--mode", "bench.repeats": "--repeats", "bench.warmup_steps": "--warmup_steps",
+              "bench.compile_only": "--compile_only"},
+}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -138,7 +148,10 @@ def unwritable(path: str) -> str | None:
 
 def input_dir(text: str) -> str:
   """A directory read from (made absolute; existence is the reader's check, with its own fix)."""
-  return _path(text)
+  path = _path(text)
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise argparse.ArgumentTypeError(f"{path} is not a directory")
+  return path
 
 
 def output_dir(text: str) -> str:
@@ -179,6 +192,15 @@ def sha256_hex(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r} is not a sha256 digest; expected 64 hexadecimal digits "
                                      f"(got {len(text.strip())} characters)")
   return text.strip().lower()
+
+
+def host_port(text: str) -> str:
+  """``host:port`` (``[v6::addr]:port`` too), port in [1, 65535]."""
+  match = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(\d+)", text.strip())
+  if not match or not 1 <= int(match.group(2)) <= 65535:
+    raise argparse.ArgumentTypeError(f"{text!r} is not of the form host:port with a port in [1, 65535] "
+                                     "(e.g. 10.0.0.1:1234)")
+  return text.strip()
 
 
 def override(text: str) -> str:
@@ -239,6 +261,7 @@ def _group(commands, name: str, summary: str) -> argparse._SubParsersAction:
 
 def _add_data_dir(parser: argparse.ArgumentParser, kind: Callable[[str], str] = input_dir) -> None:
   parser.add_argument("--data_dir", type=kind, help="data root (default: $LRA_DATA_DIR or ~/lra_data)")
+  parser.set_defaults(data_dir_kind=kind)  # the default (the environment's) gets the same check
 
 
 def _add_overrides(parser: argparse.ArgumentParser, what: str) -> None:
@@ -296,7 +319,7 @@ def _add_train(commands, common) -> None:
   _add_overrides(p, "the run")
   p.add_argument("--force", action=BoolFlag, default=False, help="rerun a finished run from scratch")
   # multi-host (lra_bench/training/parallel.py); unset = one process unless the environment says otherwise
-  p.add_argument("--coordinator_address", type=text_value, help="multi-host: host:port of process 0")
+  p.add_argument("--coordinator_address", type=host_port, help="multi-host: host:port of process 0")
   p.add_argument("--num_processes", type=int_at_least(1), help="multi-host: number of processes")
   p.add_argument("--process_id", type=int_at_least(0), help="multi-host: index of this process")
   p.add_argument("--distributed", action=BoolFlag, help="multi-host: force (--nodistributed: forbid) "
@@ -425,9 +448,28 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _data_dir(args: argparse.Namespace) -> str:
+  """``--data_dir``, else ``$LRA_DATA_DIR`` or ``~/lra_data`` checked as the flag would be (``~`` expanded)."""
+  from lra_bench.training.config import ConfigError
   from tasks.base import default_data_dir
 
-  return args.data_dir or os.path.abspath(default_data_dir())
+  if args.data_dir:
+    return args.data_dir
+  where = "$LRA_DATA_DIR" if os.environ.get("LRA_DATA_DIR") else "the default data dir (~/lra_data)"
+  try:
+    return args.data_dir_kind(default_data_dir())
+  except argparse.ArgumentTypeError as err:
+    raise ConfigError(f"{where}: {err}; point LRA_DATA_DIR at a directory or pass --data_dir DIR") from None
+
+
+def check_overrides(command: str, overrides: list[str]) -> None:
+  """A ConfigError for a ``--set`` of a key that ``command`` sets from its own flag (``FLAG_KEYS``)."""
+  from lra_bench.training.config import ConfigError
+
+  for item in overrides:
+    key = item.split("=", 1)[0].strip()
+    flag = FLAG_KEYS[command].get(key)
+    if flag:
+      raise ConfigError(f"--set {item}: {key} has its own flag; use {flag} instead of --set")
 
 
 def _list(args: argparse.Namespace) -> str:
@@ -480,11 +522,16 @@ def _train(args: argparse.Namespace) -> int:
   from lra_bench.experiments import cell
   from lra_bench.training import config, parallel
 
+  check_overrides("train", args.set)
+  data_dir = _data_dir(args)
+  if args.process_id is not None and args.num_processes is None:
+    raise config.ConfigError(f"--process_id {args.process_id} needs --num_processes (the number of "
+                             "processes of the run)")
   run_config = config.load_config(args.protocol, args.task, args.set, attention=args.attention, seed=args.seed)
   workdir = args.workdir or checked_output_dir(
       "--workdir", os.path.join("runs", args.protocol, args.task, f"{args.attention}_seed{args.seed}"))
   parallel.initialize(args.coordinator_address, args.num_processes, args.process_id, args.distributed)
-  record = cell.train_cell(run_config, workdir, _data_dir(args), args.results_dir, force=args.force)
+  record = cell.train_cell(run_config, workdir, data_dir, args.results_dir, force=args.force)
   if record["status"] != "ok":
     print(f"error: run {record['status']}: {record['error']}", file=sys.stderr)
     return 1
@@ -513,6 +560,7 @@ def _launcher_kwargs(args: argparse.Namespace, run_suite: Callable[..., Any]) ->
 def _suite(args: argparse.Namespace) -> int:
   from lra_bench.experiments import suite
 
+  check_overrides("suite", args.set)
   summary = suite.run_suite(args.protocol, args.tasks, args.attentions, args.seeds,
                             results_dir=args.results_dir, data_dir=_data_dir(args), overrides=args.set,
                             isolate=args.isolate, retry_failed=args.retry_failed,
@@ -523,7 +571,12 @@ def _suite(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> str:
   from lra_bench.experiments import bench
+  from lra_bench.training.config import ConfigError
 
+  check_overrides("bench", args.set)
+  if args.compile_only and args.compile_only_from is not None:
+    raise ConfigError(f"--compile_only compiles every length and --compile_only_from {args.compile_only_from} "
+                      "only the lengths from there on; give one of them")
   summary = bench.run_bench(args.lengths, args.attentions, results_dir=args.results_dir,
                             batch_size=args.batch_size, mode=args.mode, warmup_steps=args.warmup_steps,
                             repeats=args.repeats, compile_only=args.compile_only,
@@ -615,12 +668,15 @@ def quiet_logs(verbose: bool) -> None:
       logging.getLogger(name).setLevel(logging.WARNING)
 
 
+# Errors that are one line for the user, exit 1: a record that could not be written, a checkpoint that
+# cannot be read, a workdir another process is training.
 IO_FAILURES = (("lra_bench.experiments.results", "RecordWriteError"),
-               ("lra_bench.training.checkpoints", "CheckpointError"))
+               ("lra_bench.training.checkpoints", "CheckpointError"),
+               ("lra_bench.experiments.cell", "WorkdirBusyError"))
 
 
 def _io_failure(err: BaseException) -> bool:
-  """Whether ``err`` is a record that could not be written or a checkpoint that could not be read.
+  """Whether ``err`` is one of ``IO_FAILURES``.
 
   Looked up in ``sys.modules`` so that commands which never touch them do not import orbax: an error of
   those types can only exist once their module has been imported.
@@ -651,6 +707,14 @@ def main(args: argparse.Namespace) -> int:
       raise
     print(f"error: {err}", file=sys.stderr)
     return 1
+  except MemoryError as err:  # xla_stats.check_fits: a program refused before it ran (e.g. viz --length)
+    if not isinstance(err, getattr(sys.modules.get("lra_bench.training.xla_stats"), "MemoryEstimateError", ())):
+      raise
+    print(f"error: {err}", file=sys.stderr)
+    return 2
+  except KeyboardInterrupt as err:  # Ctrl-C: where it stopped (a run says its step), not a traceback
+    print(f"error: {err or 'interrupted; rerun the same command to resume'}", file=sys.stderr)
+    return 130
   if isinstance(result, int):
     return result
   print(result)

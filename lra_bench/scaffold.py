@@ -16,7 +16,6 @@ import keyword
 import os
 import re
 import shlex
-import tempfile
 
 import attention_zoo
 from lra_bench.training.config import ConfigError
@@ -252,15 +251,9 @@ def _class_name(name: str) -> str:
 
 def _write_new(path: str, text: str) -> None:
   """Writes ``path`` atomically (temporary file, then rename) after the caller checked it is new."""
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".new-", suffix=".py")
-  try:
-    with os.fdopen(fd, "w") as f:
-      f.write(text)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
+  from lra_bench import files
+
+  files.write_atomic(path, text, prefix=".new-", suffix=".py")
 
 
 def _shown(path: str) -> str:

@@ -52,8 +52,10 @@ from lra_bench.training import config as config_lib
     ("optimizer.eps=0", "optimizer.eps=0.0 is not allowed"),
     ("optimizer.grad_clip_norm=-1", "optimizer.grad_clip_norm=-1.0 is not allowed"),
     ("optimizer.schedule=constant * warp", "unknown schedule factor(s) ['warp']"),
-    ("task=nope", "task='nope' is not allowed; expected one of image, listops"),
-    ("protocol=", "protocol='' is not allowed"),
+    # protocol and task name the preset: never overrides (issue 30); validate's checks of their values
+    # are in test_values_of_the_wrong_type_are_refused (a config changed in code)
+    ("task=nope", "'task' cannot be overridden"),
+    ("protocol=", "'protocol' cannot be overridden"),
 ])
 def test_bad_config_value_is_refused_before_the_first_step(override, message):
   with pytest.raises(config_lib.ConfigError) as err:
@@ -66,6 +68,8 @@ def test_bad_config_value_is_refused_before_the_first_step(override, message):
     ("batch_size", True, "batch_size=True is not allowed; expected an integer >= 1"),
     ("eval_every", True, "eval_every=True is not allowed"),
     ("seed", False, "seed=False is not allowed"),
+    ("task", "nope", "task='nope' is not allowed; expected one of image, listops"),
+    ("protocol", "", "protocol='' is not allowed"),
 ])
 def test_values_of_the_wrong_type_are_refused(key, value, message):
   """``True`` is an int to Python (it trained with batch 1); a config built in code is checked too."""

@@ -10,6 +10,10 @@ benchmark use as well:
 - ``oom``: the device (or host) ran out of memory; for a benchmark point, a worker killed by SIGKILL;
 - ``failed``: anything else (NaN loss, bad data, a config the devices cannot take, a timeout, a bug).
 
+One process trains a workdir at a time: ``train_cell`` holds an exclusive lock on ``<workdir>/.lock``
+(``exclusive``, the same lock as the suite's per-cell claims), and a second process raises
+``WorkdirBusyError`` naming the pid and host that hold it, before it reads or writes anything there.
+
 ``KeyboardInterrupt`` and ``SystemExit`` are never records: they propagate, and so does a refusal to
 resume another config's checkpoints (``checkpoints.ConfigMismatchError``: nothing ran, and the workdir's
 ``result.json`` keeps the earlier run's record) and a record that could not be written
@@ -18,41 +22,163 @@ resume another config's checkpoints (``checkpoints.ConfigMismatchError``: nothin
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import logging
 import os
+import re
+import shlex
 import shutil
+import socket
+import time
 import traceback
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import ml_collections
 
 import tasks as tasks_lib
+from lra_bench import files
 from lra_bench.experiments import results
 from lra_bench.training import config as config_lib
 from lra_bench.training import checkpoints, loop, xla_stats
 
 MAX_ERROR_CHARS = 2000
+LOCK_FILE = ".lock"  # in the workdir, held while a process trains it
 
 
-def outcome(err: BaseException) -> tuple[str, str]:
+class WorkdirBusyError(RuntimeError):
+  """Another process is training this workdir. Not a result of the run: nothing was read or written."""
+
+
+def holder_info() -> dict[str, Any]:
+  """Who holds a lock: pid, host and scheduler job (with many workers on a cluster, the file says which)."""
+  job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+  if os.environ.get("SLURM_ARRAY_JOB_ID"):
+    job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+  return {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "since": time.time()}
+
+
+@contextlib.contextmanager
+def exclusive(path: str) -> Iterator[dict[str, Any] | None]:
+  """A non-blocking exclusive ``flock`` on ``path`` (created if missing; the OS releases it when the
+  process dies). Yields None when this process holds it (the file then names it, ``holder_info``),
+  else the holder the file names (``{}`` when it cannot be read)."""
+  with exclusive_file(path) as (holder, _):
+    yield holder
+
+
+@contextlib.contextmanager
+def exclusive_file(path: str) -> Iterator[tuple[dict[str, Any] | None, int | None]]:
+  """``exclusive``, also yielding the lock file's descriptor while held (``(None, fd)``), so a child
+  process given it keeps the lock until it exits too; ``(holder, None)`` when another process holds it."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "a+") as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      f.seek(0)
+      try:
+        holder = json.loads(f.read() or "null")
+      except json.JSONDecodeError:
+        holder = None
+      yield (holder if isinstance(holder, dict) else {}), None
+      return
+    try:
+      f.truncate(0)
+      f.write(json.dumps(holder_info()) + "\n")
+      f.flush()
+      yield None, f.fileno()
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def describe_holder(holder: dict[str, Any]) -> str:
+  """``pid 123 on host h (job 7)`` from a lock file's holder."""
+  if not holder.get("pid"):
+    return "another process"
+  job = f" (job {holder['job']})" if holder.get("job") else ""
+  return f"pid {holder['pid']} on host {holder.get('host', '?')}{job}"
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str) -> Iterator[None]:
+  """Holds ``<workdir>/.lock`` (one per process of a multi-host run) or raises ``WorkdirBusyError``."""
+  name = LOCK_FILE if jax.process_count() == 1 else f"{LOCK_FILE}.process{jax.process_index()}"
+  with exclusive(os.path.join(workdir, name)) as holder:
+    if holder is not None:
+      raise WorkdirBusyError(f"{workdir} is being trained by {describe_holder(holder)}; wait for that run "
+                             "to finish (or stop it), or give this one another --workdir")
+    yield
+
+
+def disk_full(err: BaseException) -> bool:
+  """Whether ``err`` (or an error it came from) says the disk is full: ``ENOSPC``, however the library
+  that hit it (orbax/TensorStore, TensorFlow, Python) wrapped it."""
+  seen = set()
+  while err is not None and id(err) not in seen:
+    seen.add(id(err))
+    if getattr(err, "errno", None) == errno.ENOSPC or "No space left on device" in str(err):
+      return True
+    err = err.__cause__ or err.__context__
+  return False
+
+
+def disk_full_message(err: BaseException, workdir: str | None) -> str:
+  """One line: ENOSPC, where, and the fix (a rerun resumes from the last checkpoint)."""
+  text = "\n".join(str(e) for e in (err, err.__cause__, err.__context__) if e is not None)
+  paths = [p for p in [getattr(err, "filename", None), *re.findall(r"(/[^\s\"';:]+)", text)] if p]
+  mine = [p for p in paths if workdir and p.startswith(workdir)]  # else one in an existing directory
+  paths = mine or [p for p in paths if os.path.isdir(os.path.dirname(p.rstrip("/")) or "/")]
+  where = (paths or [workdir or "the run's workdir"])[0]
+  return (f"disk full (ENOSPC: No space left on device) while writing {where}; free space on that "
+          f"filesystem (df -h {workdir or where}) or give the run another --workdir, then rerun the same "
+          "command: it resumes from the last complete checkpoint")
+
+
+def outcome(err: BaseException, workdir: str | None = None) -> tuple[str, str]:
   """(status, message) of a failed run: ``oom`` or ``failed`` (``no_data`` is ``missing_data``'s).
 
-  Errors whose message is written for the user (training, data, config) keep it as is; any other
-  error is prefixed with its type.
+  Errors whose message is written for the user (training, data, config) keep it as is; a full disk is
+  one line with the fix (``disk_full_message``); any other error is prefixed with its type.
   """
+  if disk_full(err):  # before is_oom: TensorStore reports ENOSPC as RESOURCE_EXHAUSTED
+    return "failed", disk_full_message(err, workdir)
   status = "oom" if xla_stats.is_oom(err) else "failed"
   clear = isinstance(err, (loop.TrainingError, tasks_lib.DataError, config_lib.ConfigError,
-                           checkpoints.CheckpointError))
+                           checkpoints.CheckpointError, xla_stats.MemoryEstimateError))
   message = str(err) if clear else f"{type(err).__name__}: {err}"
   return status, message.strip()[:MAX_ERROR_CHARS]
 
 
+def prepare_options(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The ``data prepare`` options that make the data ``config`` reads: its ``data.prepare``, with every
+  ``data.options`` value the task's ``prepare`` also takes (the file name, the contour length ...)."""
+  import inspect
+
+  options = config.data.prepare.to_dict()
+  takes = inspect.signature(tasks_lib.get_task(config.task).prepare).parameters
+  options.update({k: v for k, v in config.data.options.to_dict().items() if k in takes and k != "data_dir"})
+  return options
+
+
+def prepare_flags(config: ml_collections.ConfigDict) -> list[str]:
+  """``--key value`` for each ``prepare_options`` value that the protocol's preset does not give."""
+  try:
+    preset = prepare_options(config_lib.load_config(config.protocol, config.task))
+  except config_lib.ConfigError:  # a protocol made in Python: spell every option out
+    preset = {}
+  return [f"--{k} {shlex.quote(str(v))}" for k, v in sorted(prepare_options(config).items())
+          if preset.get(k, object()) != v]
+
+
 def missing_data(err: tasks_lib.MissingDataError, config: ml_collections.ConfigDict, data_dir: str) -> str:
-  """The ``no_data`` message: what is missing and the command that prepares it for this protocol."""
-  fix = (f"lra-bench data prepare {config.task} --protocol {config.protocol} "
-         f"--data_dir {os.path.abspath(data_dir)}")
+  """The ``no_data`` message: what is missing and the command that prepares exactly the data this run
+  reads (the protocol's preset and whatever the run's overrides changed in it)."""
+  fix = " ".join([f"lra-bench data prepare {config.task} --protocol {config.protocol} "
+                  f"--data_dir {shlex.quote(os.path.abspath(data_dir))}", *prepare_flags(config)])
   return str(err).split("\n")[0] + f"\nPrepare it for protocol {config.protocol!r} with:\n  {fix}"
 
 
@@ -91,6 +217,13 @@ def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
   workdir, data_dir = checkpoints.absolute(workdir), checkpoints.absolute(data_dir)
   results_dir = checkpoints.absolute(results_dir) if results_dir else None
   os.makedirs(workdir, exist_ok=True)
+  with workdir_lock(workdir):
+    return _train_locked(config, workdir, data_dir, results_dir, force)
+
+
+def _train_locked(config: ml_collections.ConfigDict, workdir: str, data_dir: str, results_dir: str | None,
+                  force: bool) -> dict[str, Any]:
+  """``train_cell`` once the workdir is this process's."""
   previous = None if force else previous_record(workdir, config)
   if previous is not None:
     logging.info("%s already holds a %r result for this config; not rerunning", workdir, previous["status"])
@@ -107,21 +240,35 @@ def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
   except (KeyboardInterrupt, SystemExit, checkpoints.ConfigMismatchError):
     raise
   except BaseException as err:  # noqa: BLE001 - every failure becomes a record
-    with open(os.path.join(workdir, "error.log"), "w") as f:
-      f.write(traceback.format_exc())
-    status, message = outcome(err)
+    _save_traceback(workdir)
+    status, message = outcome(err, workdir)
     record = results.train_record(config, status, error=message, **where)
   if jax.process_index() == 0:
     _write(record, workdir, results_dir)
   return record
 
 
+def _save_traceback(workdir: str) -> None:
+  """``<workdir>/error.log``: the traceback of the exception being handled; best effort (on a full disk
+  it cannot be written, and the failure handler must not fail)."""
+  with contextlib.suppress(OSError):
+    files.write_atomic(os.path.join(workdir, "error.log"), traceback.format_exc())
+
+
 def _write(record: dict[str, Any], workdir: str, results_dir: str | None) -> None:
   """``result.json``, then the results file; says where (INFO: `train` shows it; a suite
   keeps it in the cell's train.log, its console shows the progress bar)."""
   path = os.path.join(workdir, "result.json")
-  results.write_json_atomic(path, record)
+  try:
+    results.write_json_atomic(path, record)
+    if results_dir:
+      results.append_record(results_dir, record)
+  except results.RecordWriteError as err:
+    if record["status"] == "ok":
+      raise
+    # The run's own failure first (often the same full disk), then why there is no record of it.
+    raise results.RecordWriteError(f"run {record['status']}: {record['error'].splitlines()[0]}; and "
+                                   f"no {record['status']!r} record: {err}") from err
   if results_dir:
-    results.append_record(results_dir, record)
     path += " and " + os.path.join(results_dir, results.RESULTS_FILE)
   logging.info("%s record written to %s", record["status"], path)  # train shows INFO; a suite only its bar

@@ -15,7 +15,6 @@ terminal record is not appended twice.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -25,11 +24,11 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from typing import Any, Iterable, Iterator
 
 import ml_collections
 
+from lra_bench import files
 from lra_bench.training.config import config_hash
 
 STATUSES = ("ok", "failed", "oom", "no_data")
@@ -131,14 +130,6 @@ def _absolute(path: str) -> str:
   return os.path.abspath(os.path.expanduser(path))
 
 
-def _write_all(fd: int, data: bytes) -> None:
-  """One ``os.write`` of ``data``; a short write is an error (``ENOSPC``), not a partial record."""
-  written = os.write(fd, data)
-  if written != len(data):
-    raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
-  os.fsync(fd)
-
-
 def _write_failed(path: str, err: OSError, left: str = "nothing partial was left") -> RecordWriteError:
   error = RecordWriteError(f"could not write the record to {path} ({err.strerror or err}); {left}. Free "
                            "disk space (or fix the permissions) and rerun the command")
@@ -149,24 +140,10 @@ def _write_failed(path: str, err: OSError, left: str = "nothing partial was left
 def write_json_atomic(path: str, obj: Any) -> None:
   """Writes ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (all or nothing)."""
   path = _absolute(path)
-  data = (json.dumps(_clean(obj), indent=1, sort_keys=True) + "\n").encode()
-  directory = os.path.dirname(path)
-  tmp = None
-  try:
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-    try:
-      _write_all(fd, data)
-    finally:
-      os.close(fd)
-    os.replace(tmp, path)
-  except BaseException as err:  # an interrupt too: no temporary file is left behind
-    if tmp:
-      with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    if isinstance(err, OSError):
-      raise _write_failed(path, err) from err
-    raise
+  try:  # files.write_atomic: no temporary file is left behind, the file gets the umask's mode
+    files.write_atomic(path, json.dumps(_clean(obj), indent=1, sort_keys=True) + "\n", suffix=".json")
+  except OSError as err:
+    raise _write_failed(path, err) from err
 
 
 @contextlib.contextmanager
@@ -251,7 +228,7 @@ def _append_line(path: str, line: str) -> None:
     if size and os.pread(fd, 1, size - 1) != b"\n":  # a line cut short by an older crash stays alone
       line = "\n" + line
     try:
-      _write_all(fd, line.encode())
+      files.write_all(fd, line.encode())
     except OSError as err:
       try:
         os.ftruncate(fd, size)

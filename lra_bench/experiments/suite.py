@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import functools
 import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -150,14 +148,6 @@ def lock_path(results_dir: str, cell: Cell) -> str:
                       os.path.basename(cell.workdir) + ".lock")
 
 
-def _holder() -> dict[str, Any]:
-  """Who holds a claim: with many workers on a cluster, the lock file says which one runs the cell."""
-  job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
-  if os.environ.get("SLURM_ARRAY_JOB_ID"):
-    job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
-  return {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "since": time.time()}
-
-
 def lock_holder(results_dir: str, cell: Cell) -> dict[str, Any] | None:
   """The holder the cell's lock file names (it may be stale: only a held lock means a running cell)."""
   try:
@@ -182,23 +172,11 @@ class Claim:
 def claim(results_dir: str, cell: Cell) -> Iterator[Claim]:
   """Yields whether this process holds the cell's lock (non-blocking; released on exit or death).
 
-  The holder writes its pid, host and job id into the lock file (``lock_holder``). A ``flock`` belongs
-  to the open file: a child given ``fd`` (an ``--isolate`` cell) holds the lock until it exits too."""
-  path = lock_path(results_dir, cell)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "a") as f:
-    try:
-      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      yield Claim(False)
-      return
-    try:
-      f.truncate(0)
-      f.write(json.dumps(_holder()) + "\n")
-      f.flush()
-      yield Claim(True, f.fileno())
-    finally:
-      fcntl.flock(f, fcntl.LOCK_UN)
+  The holder writes its pid, host and job id into the lock file (``lock_holder``); the lock is
+  ``cell.exclusive``'s, the one a training run holds on its workdir. A ``flock`` belongs to the open
+  file: a child given ``fd`` (an ``--isolate`` cell) holds the lock until it exits too."""
+  with cell_lib.exclusive_file(lock_path(results_dir, cell)) as (holder, fd):
+    yield Claim(holder is None, fd)
 
 
 @contextlib.contextmanager

@@ -60,7 +60,7 @@ def effective_attention(name: str, length: int = 64, *, head_dim: int = 16, seed
   """
   import jax
 
-  from lra_bench.training import steps
+  from lra_bench.training import steps, xla_stats
 
   kq, kk, _ = jax.random.split(jax.random.key(seed), 3)  # the queries and keys of earlier reports
   q = scale * jax.random.normal(kq, (1, length, 1, head_dim))
@@ -69,6 +69,8 @@ def effective_attention(name: str, length: int = 64, *, head_dim: int = 16, seed
 
   # One compiled program per core: op by op, the report's grid of 46 cores took 51 s; compiled, 10 s.
   probe = steps.compile_run_once(lambda q, k: _effective(core, q, k, seed=seed), q, k)
+  xla_stats.check_fits(probe, f"effective-attention probe of {name} at length {length}",
+                       "use a shorter --length (the probe holds several length x length matrices)")
   return np.asarray(probe(q, k))[0]
 
 

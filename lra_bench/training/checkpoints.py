@@ -21,8 +21,13 @@ the fix, never an orbax/TensorStore traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
+import sys
+import threading
 from typing import Any
 
 import jax
@@ -73,6 +78,75 @@ def _as_json(config: dict[str, Any]) -> dict[str, Any]:
   return json.loads(json.dumps(config))
 
 
+class _LoopClosedNoiseFilter:
+  """``sys.stderr`` without the "Event loop is closed" tracebacks TensorStore prints from its threads.
+
+  When orbax's restore fails (a corrupt checkpoint), the reads still in flight complete after orbax
+  closed its asyncio loop, and TensorStore prints one 6-line traceback per read (thousands for a real
+  model) from C++, past every logger, burying the one-line error. This drops exactly those lines (a
+  ``Traceback`` header is held until the next line shows whether it starts such a block); everything
+  else is written through unchanged, partial lines (progress bars) too.
+  """
+
+  NOISE = re.compile(r'  File ".*asyncio/base_events\.py", line \d+, in (call_soon_threadsafe|_check_closed)'
+                     r"|    self\._check_closed\(\)|    raise RuntimeError\('Event loop is closed'\)"
+                     r"|RuntimeError: Event loop is closed")
+  HEADER = "Traceback (most recent call last):"
+  STARTS = (HEADER, '  File "', "    ", "RuntimeError: Event loop is closed")  # of lines it may drop
+
+  def __init__(self, stream):
+    self.stream, self._partial, self._header = stream, {}, {}
+    self._lock = threading.Lock()
+
+  def write(self, text: str) -> int:
+    with self._lock:
+      thread = threading.get_ident()
+      text = self._partial.pop(thread, "") + text
+      *lines, rest = text.split("\n")
+      for line in lines:
+        self._line(thread, line)
+      if rest and any(start.startswith(rest) or rest.startswith(start) for start in self.STARTS):
+        self._partial[thread] = rest  # perhaps the start of a noise line: wait for its end
+      elif rest:
+        self.stream.write(rest)
+    return len(text)
+
+  def _line(self, thread: int, line: str) -> None:
+    header = self._header.pop(thread, None)
+    if self.NOISE.fullmatch(line):
+      return
+    if header is not None:
+      self.stream.write(header + "\n")
+    if line == self.HEADER:
+      self._header[thread] = line
+    else:
+      self.stream.write(line + "\n")
+
+  def __getattr__(self, name: str):  # flush, fileno, isatty, encoding ...
+    return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def quiet_orbax():
+  """orbax's ERROR logs (a traceback per failed thread: hundreds of lines for a full disk) off while a
+  save or restore runs, unless ``--verbosity`` turned the libraries' logs on: the exception it raises
+  becomes one line naming the directory (and the run's error.log keeps the traceback)."""
+  logger = logging.getLogger("absl")  # orbax logs through absl
+  level = logger.level
+  if level >= logging.WARNING:
+    logger.setLevel(logging.CRITICAL + 1)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
+
+
+def quiet_loop_closed_noise() -> None:
+  """Installs ``_LoopClosedNoiseFilter`` on ``sys.stderr`` (once per process)."""
+  if not isinstance(sys.stderr, _LoopClosedNoiseFilter):
+    sys.stderr = _LoopClosedNoiseFilter(sys.stderr)
+
+
 class Checkpoints:
   """``<workdir>/checkpoints/{last,best}`` (orbax) + the tf.data iterator state beside ``last``."""
 
@@ -118,9 +192,10 @@ class Checkpoints:
     data_prefix = iterator_ckpt.write(os.path.join(self.data_dir, f"iter-{step}"))
     progress = dict(progress, data_checkpoint=os.path.relpath(data_prefix, self.root), config=self.config)
     # The orbax save is the commit point: a crash before it leaves the previous checkpoint in force.
-    self.last.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                 progress=ocp.args.JsonSave(progress)), force=True)
-    self.last.wait_until_finished()
+    with quiet_orbax():
+      self.last.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                   progress=ocp.args.JsonSave(progress)), force=True)
+      self.last.wait_until_finished()
     self._committed(step, progress)
 
   def _committed(self, step: int, progress: dict) -> None:
@@ -141,10 +216,12 @@ class Checkpoints:
     if step is None:
       self._keep_best()  # a fresh start: best steps of an earlier attempt would be replayed
       return None
+    quiet_loop_closed_noise()  # a corrupt checkpoint's error must not drown in TensorStore's threads
     progress = self._read_progress(step)
     directory = self._step_dir(self.last, step)
     try:
-      restored = self.last.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+      with quiet_orbax():
+        restored = self.last.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
       # progress (written by process 0) names process 0's file; each process reads its own of that step.
       data_prefix = os.path.join(self.data_dir, os.path.basename(progress["data_checkpoint"]))
       iterator_ckpt.read(data_prefix).expect_partial()
@@ -164,7 +241,8 @@ class Checkpoints:
     """The progress of ``last`` step ``step``, after checking it was trained with this config."""
     directory = self._step_dir(self.last, step)
     try:
-      progress = dict(self.last.restore(step, args=ocp.args.Composite(progress=ocp.args.JsonRestore()))["progress"])
+      with quiet_orbax():
+        progress = dict(self.last.restore(step, args=ocp.args.Composite(progress=ocp.args.JsonRestore()))["progress"])
     except Exception as err:  # noqa: BLE001
       raise self.unreadable(directory, err) from err
     fix = (f"rerun with --force to train this run from scratch, or use another --workdir than "
@@ -181,20 +259,23 @@ class Checkpoints:
   def save_best(self, step: int, state: TrainState) -> None:
     """Saves ``step`` as the newest best; keeps the committed best until the next ``last`` commit."""
     self._keep_best(self.committed_best_step)  # an interrupted save_best/_committed left more
-    self.best.save(step, args=ocp.args.StandardSave({"params": state.params,
-                                                     "model_state": state.model_state}), force=True)
-    self.best.wait_until_finished()
+    with quiet_orbax():
+      self.best.save(step, args=ocp.args.StandardSave({"params": state.params,
+                                                       "model_state": state.model_state}), force=True)
+      self.best.wait_until_finished()
     self._keep_best(self.committed_best_step, step)
 
   def restore_best(self, target: TrainState, step: int):
     """The ``{params, model_state}`` saved as best at ``step``, or None if no best was saved (step 0)."""
     directory = self._step_dir(self.best, step)
+    quiet_loop_closed_noise()
     if step not in self.best.all_steps():
       if not step:
         return None
       raise self.unreadable(directory, FileNotFoundError("the best checkpoint of this step is missing"))
     try:
-      return self.best.restore(step, args=ocp.args.StandardRestore(
-          {"params": target.params, "model_state": target.model_state}))
+      with quiet_orbax():
+        return self.best.restore(step, args=ocp.args.StandardRestore(
+            {"params": target.params, "model_state": target.model_state}))
     except Exception as err:  # noqa: BLE001
       raise self.unreadable(directory, err) from err

@@ -4,7 +4,8 @@
 the attention and the seed are arguments (never formatted into override strings), and every override
 ``key=value`` is parsed by the type of the field it replaces (``batch_size=8`` an int,
 ``precision=bfloat16`` a string, ``optimizer.learning_rate=1e-3`` a float; quotes around strings are
-optional). Unknown keys are errors, except below the open sections ``OPEN_SECTIONS``: a new key of
+optional). ``protocol`` and ``task`` are never overrides (``FIXED_KEYS``: they name the preset, so a
+smoke run cannot be relabelled ``lra``). Unknown keys are errors, except below the open sections ``OPEN_SECTIONS``: a new key of
 ``model.attention_kwargs`` is parsed by the type of the attention config's field of that name (and
 checked by the registry), a new key of ``data.options`` / ``data.prepare`` as a Python literal, else as
 text. ``validate`` holds every check a config can have without knowing the devices: each key's type and
@@ -41,6 +42,9 @@ PRECISIONS = ("float32", "bfloat16")  # compute dtype; parameters, softmax, norm
 SCHEDULE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "linear_decay", "cosine_decay")
 BENCH_MODES = ("train", "inference")
 MAX_SEED = 2**31 - 1  # seeds feed jax.random.PRNGKey and tf.data; both take any value up to here
+# Keys that say what a run is: they come from load_config's arguments (the --protocol / --task flags),
+# never from an override, so a 60-step smoke run cannot be relabelled as an LRA run.
+FIXED_KEYS = {"protocol": "--protocol", "task": "--task"}
 
 
 class ConfigError(ValueError):
@@ -94,6 +98,9 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
     if "=" not in item:
       raise ConfigError(f"override {item!r} is not of the form key=value")
     key, text = (part.strip() for part in item.split("=", 1))
+    if key in FIXED_KEYS:
+      raise ConfigError(f"override {item!r}: {key!r} cannot be overridden, it names the preset the config "
+                        f"comes from; choose it with {FIXED_KEYS[key]} instead")
     parent_key, _, leaf = key.rpartition(".")
     try:
       section = config_path.get_value(parent_key, config) if parent_key in OPEN_SECTIONS else None

@@ -32,6 +32,7 @@ import ml_collections
 import numpy as np
 import optax
 
+import attention_zoo
 import tasks as tasks_lib
 from lra_bench.training import config as config_lib
 from lra_bench.training import optim, parallel, steps, xla_stats
@@ -40,6 +41,10 @@ from lra_bench.training.checkpoints import Checkpoints, absolute
 
 class TrainingError(RuntimeError):
   """Training cannot continue (e.g. the loss became NaN). The message says what to change."""
+
+
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C during the steps; the message names the step and the checkpoint a rerun resumes from."""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -229,6 +234,7 @@ class Run:
     self.placed = place(config, model, optim.make_optimizer(config.optimizer), self.mesh,
                         steps.example_batch(self.data.train.element_spec, 2))
     self.state = self.placed.state
+    self.saved_step = 0  # the step of the last committed checkpoint (what a rerun resumes from)
     self.num_params = int(sum(x.size for x in jax.tree.leaves(self.state.params)))
     logging.info("model has %d parameters", self.num_params)
     self.to_global = functools.partial(parallel.global_batch, mesh=self.mesh)
@@ -241,6 +247,7 @@ class Run:
                                  steps.example_batch(self.data.train.element_spec, 0))
     self.compiled, self.compile_seconds, self.analysis = compile_train_step(self.placed, self.state,
                                                                             global_shapes)
+    xla_stats.check_fits(self.compiled, "train step", steps.MEMORY_FIX)  # before the allocator aborts
     self.writer = _summary_writer(workdir)
     self.schedule = optim.learning_rate_schedule(config.optimizer)
 
@@ -257,6 +264,7 @@ class Run:
     if restored is not None:
       state, self.progress = restored
       self.state = jax.device_put(state, self.placed.state_shardings)
+      self.saved_step = int(self.state.step)
       # WARNING: shown by default, so a rerun says it continued rather than started over.
       logging.warning("resumed from step %d of the checkpoint in %s", int(self.state.step),
                       self.checkpoints.root)
@@ -280,11 +288,21 @@ class Run:
     step = int(self.state.step)
     self.timer = StepTimer(step, self.progress["train_seconds"], self.progress["timed_steps"])
     metrics: list[dict] = []
+    self.step = step  # the last step done (Ctrl-C names it)
+    try:
+      self._steps(step, metrics, log, evaluate_now, checkpoint_now)
+    except KeyboardInterrupt:
+      resume = (f"from the last checkpoint, step {self.saved_step} or later" if self.saved_step
+                else "no checkpoint was saved yet, so it starts again")
+      raise Interrupted(f"interrupted at step {self.step}; rerun the same command to resume ({resume})") from None
+
+  def _steps(self, step: int, metrics: list, log: Every, evaluate_now: Every, checkpoint_now: Every) -> None:
+    c = self.config
     while step < c.num_train_steps:
       batch = self.to_global(to_numpy(next(self.train_iter)))
       self.timer.before_step(step)
       self.state, step_metrics = self.compiled(self.state, batch)
-      step += 1
+      step = self.step = step + 1
       metrics.append(step_metrics)
       if not (log(step) or evaluate_now(step) or checkpoint_now(step)):
         continue
@@ -300,7 +318,10 @@ class Run:
       self.timer.reopen(step)
 
   def _check_and_log(self, step: int, metrics: list[dict], log: bool) -> None:
-    loss = float(np.mean([m["loss"] for m in metrics]))
+    losses = [float(m["loss"]) for m in metrics]
+    loss = float(np.mean(losses))
+    if not math.isfinite(losses[0]) and step - len(metrics) == 0:
+      raise TrainingError(self._nan_before_update(losses[0]))
     if not math.isfinite(loss):
       raise TrainingError(f"loss became {loss} by step {step} (learning rate "
                           f"{float(self.schedule(step)):.3g}); lower optimizer.learning_rate or set "
@@ -315,6 +336,15 @@ class Run:
       self.writer.scalar("train/accuracy", accuracy, step)
       self.writer.scalar("train/learning_rate", float(self.schedule(step)), step)
       self.writer.flush()
+
+  def _nan_before_update(self, loss: float) -> str:
+    """The NaN message when step 1's loss (the initial parameters: no update yet) is not finite."""
+    name = self.config.model.attention
+    module = attention_zoo.defining_module(name)
+    plugin = "" if module.startswith("attention_zoo.") else f" --plugin {module}"
+    return (f"loss is {loss} at step 1, before any parameter update: the model produced it from its "
+            f"initial parameters, so the learning rate is not the cause; check the attention core "
+            f"{name!r} with: lra-bench check {name}{plugin}")
 
   def _validate(self, step: int) -> None:
     val = self.evaluate("validation", self.state.params, self.state.model_state, self.config.num_eval_batches)
@@ -331,6 +361,7 @@ class Run:
         "best_val_accuracy": self.best_val, "best_step": self.best_step,
         "train_seconds": self.timer.seconds, "timed_steps": self.timer.steps,
         "wall_seconds": self.wall_seconds()}, self.iterator_ckpt)
+    self.saved_step = step
 
   def test(self) -> dict[str, Any]:
     """Test accuracy of the best-validation and of the last parameters; the run's measurements."""

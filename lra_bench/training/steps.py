@@ -20,7 +20,7 @@ import numpy as np
 import optax
 
 import tasks as tasks_lib
-from lra_bench.training import models
+from lra_bench.training import models, xla_stats
 
 AUX_LOSSES = "losses"  # the flax collection auxiliary losses are sown into
 
@@ -146,6 +146,9 @@ def example_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
 # The random bits are the same (integer threefry); a float may differ from the optimized program's in
 # its last bit (measured on the smoke models' initial parameters: <= 3e-7 relative, in a few dozen
 # entries of a dense kernel), the same way every time. Other backends compile as usual.
+# What a run that cannot fit in memory can change (xla_stats.check_fits names the sizes).
+MEMORY_FIX = ("lower data.max_length or batch_size (or raise accumulate_steps), or use an attention whose "
+              "memory grows more slowly with the length")
 RUN_ONCE_COMPILER_OPTIONS = {"cpu": {"xla_backend_optimization_level": 0}}
 
 
@@ -178,4 +181,6 @@ def init_state(config, model, tx, batch: dict[str, np.ndarray], *, shardings=Non
   """
   create = state_initializer(config, model, tx, batch)
   out_shardings = shardings(jax.eval_shape(create)) if shardings else None
-  return compile_run_once(create, out_shardings=out_shardings)()
+  compiled = compile_run_once(create, out_shardings=out_shardings)
+  xla_stats.check_fits(compiled, "parameter initialisation (one forward pass)", MEMORY_FIX)
+  return compiled()

@@ -1,10 +1,23 @@
-"""What XLA and the runtime say about a compiled step: FLOPs, compiled memory, peak memory, OOM errors."""
+"""What XLA and the runtime say about a compiled step: FLOPs, compiled memory, peak memory, OOM errors.
+
+Before a compiled program first runs, ``check_fits`` compares what it will allocate (XLA's memory
+analysis: outputs + temporaries - donated buffers) with the memory still free (the device's allocator
+limit on GPU/TPU; on CPU the host's available memory and the cgroup limit), and refuses a program that
+cannot fit with ``MemoryEstimateError`` (an ``oom`` record with the estimate) instead of letting the
+allocator abort the process or the kernel's OOM killer end it without a record.
+"""
 
 from __future__ import annotations
 
 import resource
 
 import jax
+
+GIB = 2 ** 30
+
+
+class MemoryEstimateError(MemoryError):
+  """A compiled program needs more memory than is free; refused before it runs (the message says both)."""
 
 
 def cost_analysis(compiled) -> dict[str, float | None]:
@@ -44,8 +57,71 @@ def peak_memory_bytes() -> int | None:
 
 
 def is_oom(err: BaseException) -> bool:
+  """Whether ``err`` is an allocation failure: XLA's (RESOURCE_EXHAUSTED, "Out of memory ..."), the
+  host's (MemoryError, numpy's "Unable to allocate", C++ bad_alloc) or ``check_fits``'s refusal."""
+  if isinstance(err, MemoryError):
+    return True
   text = f"{type(err).__name__}: {err}"
-  return any(s in text for s in ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM"))
+  return any(s in text for s in ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM",
+                                 "Unable to allocate", "Failed to allocate", "bad_alloc"))
+
+
+def _read_int(path: str) -> int | None:
+  try:
+    with open(path) as f:
+      text = f.read().strip()
+  except OSError:
+    return None
+  return int(text) if text.isdigit() else None
+
+
+def host_available_bytes() -> int | None:
+  """Memory this process can still take on the host: MemAvailable, and the cgroup's limit if lower."""
+  available = None
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          available = int(line.split()[1]) * 1024
+  except (OSError, ValueError, IndexError):
+    pass
+  limit, used = _read_int("/sys/fs/cgroup/memory.max"), _read_int("/sys/fs/cgroup/memory.current")
+  if limit is not None and used is not None:
+    available = min(available, limit - used) if available is not None else limit - used
+  return available
+
+
+def available_bytes(device=None) -> tuple[int | None, str]:
+  """(free bytes, where) on ``device`` (default: the first local one); None where nothing says."""
+  device = device or jax.local_devices()[0]
+  try:
+    stats = device.memory_stats()
+  except Exception:  # noqa: BLE001 - not every backend reports
+    stats = None
+  if stats and "bytes_limit" in stats:
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), f"{device.device_kind} memory"
+  return host_available_bytes(), "host memory"
+
+
+def new_bytes(compiled) -> int | None:
+  """Bytes a call of ``compiled`` allocates (outputs + temporaries - donated), from XLA's analysis."""
+  try:
+    mem = compiled.memory_analysis()
+  except Exception:  # noqa: BLE001
+    return None
+  if mem is None:
+    return None
+  return int(mem.temp_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes)
+
+
+def check_fits(compiled, what: str, fix: str) -> None:
+  """Raises ``MemoryEstimateError`` if one call of ``compiled`` cannot fit in the free memory."""
+  needed = new_bytes(compiled)
+  free, where = available_bytes()
+  if needed is None or free is None or needed <= free:
+    return
+  raise MemoryEstimateError(f"out of memory: the {what} needs {needed / GIB:.1f} GiB (XLA's estimate, "
+                            f"before running it) and {free / GIB:.1f} GiB of {where} is free; {fix}")
 
 
 def host_peak_rss_bytes() -> int:
