@@ -57,17 +57,6 @@ def _fix_command(protocol: str, task: str, attention: str, seeds: Sequence[int],
 RESULT_NEUTRAL_KEYS = checkpoints.RESULT_NEUTRAL_KEYS
 
 
-def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
-  """{"model.num_layers": 2, ...}; an empty section has no keys (as if absent)."""
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      out.update(_flat(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out
-
-
 class _Absent:
   def __repr__(self) -> str:
     return "absent"
@@ -88,7 +77,7 @@ def _preset(protocol: str, task: str, attention: str, seed: int) -> tuple[dict[s
       return None, str(err).splitlines()[0][:160]
     with config.unlocked():
       config.model.attention = attention
-  return _flat(json.loads(json.dumps(results._clean(config.to_dict())))), None
+  return checkpoints.flat_config(json.loads(json.dumps(results._clean(config.to_dict())))), None
 
 
 def preset_differences(record: dict) -> tuple[dict[str, tuple[object, object]], str | None]:
@@ -100,7 +89,7 @@ def preset_differences(record: dict) -> tuple[dict[str, tuple[object, object]], 
   preset, problem = _preset(record["protocol"], record["task"], record["attention"], record["seed"])
   if preset is None:
     return {}, problem
-  mine = _flat(record["config"])
+  mine = checkpoints.flat_config(record["config"])
   return {key: (mine.get(key, ABSENT), preset.get(key, ABSENT)) for key in sorted(set(mine) | set(preset))
           if mine.get(key, ABSENT) != preset.get(key, ABSENT)}, None
 

@@ -56,11 +56,12 @@ def absolute(path: str) -> str:
   return os.path.abspath(os.path.expanduser(path))
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat_config(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+  """{"model.num_layers": 2, ...} from a nested config dict; an empty section has no keys (as if absent)."""
   out = {}
   for key, value in tree.items():
     if isinstance(value, dict):
-      out.update(_flat(value, f"{prefix}{key}."))
+      out.update(flat_config(value, f"{prefix}{key}."))
     else:
       out[f"{prefix}{key}"] = value
   return out
@@ -68,7 +69,7 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def config_differences(stored: dict[str, Any], config: dict[str, Any]) -> list[str]:
   """``key: stored -> new`` for every (dotted) key whose value differs, ``RESULT_NEUTRAL_KEYS`` apart."""
-  old, new, missing = _flat(stored), _flat(_as_json(config)), "(none)"
+  old, new, missing = flat_config(stored), flat_config(_as_json(config)), "(none)"
   return [f"{key}: {old.get(key, missing)!r} -> {new.get(key, missing)!r}" for key in sorted(set(old) | set(new))
           if key not in RESULT_NEUTRAL_KEYS and old.get(key, missing) != new.get(key, missing)]
 
