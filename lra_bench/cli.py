@@ -374,9 +374,10 @@ def _add_bench(commands, common) -> None:
 
 def _add_report(commands, common) -> None:
   p = _command(commands, "report", "write tables, plots and index.md from the records", _report, common)
-  p.add_argument("--results_dir", type=input_dir, required=True, help="folder with results.jsonl")
+  p.add_argument("--results_dir", type=_path, required=True,  # _report checks it (file, missing, empty)
+                 help="folder with results.jsonl")
   p.add_argument("--out", type=output_dir, help="output directory (default: <results_dir>/report)")
-  p.add_argument("--reference_dir", type=input_dir, help="published numbers (default: reports/reference)")
+  p.add_argument("--reference_dir", type=_path, help="published numbers (default: reports/reference)")
   p.add_argument("--length", type=int_at_least(1), default=64, help="sequence length of the "
                  "effective-attention probe")
 
