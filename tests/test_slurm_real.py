@@ -6,7 +6,8 @@
    the numbers of an uninterrupted run;
 3. ``srun -n 2 lra-bench train`` trains as 2 processes into one record;
 4. a worker killed without warning releases its lock; the rerun names the dead job's state and log, and
-   finishes the cell from its checkpoint.
+   finishes the cell from its checkpoint;
+5. a cell whose worker recorded a failure: the rerun names the failure, the job's state and its log.
 
 Skipped (one line: why) when ``sinfo`` reaches no controller; ``LRA_REQUIRE_SLURM=1`` (CI) makes that a
 failure. The tests do not start the cluster; when ``SLURM_CONF`` is unset they use the default state
@@ -59,8 +60,9 @@ def _cluster_problem():
 
 
 @pytest.fixture
-def slurm(monkeypatch, worker_env):
-  """A reachable SLURM (else skip, or fail under ``LRA_REQUIRE_SLURM=1``); jobs inherit this env."""
+def slurm(monkeypatch, tmp_path, worker_env):
+  """A reachable SLURM (else skip, or fail under ``LRA_REQUIRE_SLURM=1``); jobs inherit this env. On
+  teardown, the test's jobs still queued (their batch scripts are under its ``tmp_path``) are cancelled."""
   conf = os.path.join(STATE_DIR, "slurm.conf")
   if "SLURM_CONF" not in os.environ and os.path.exists(conf):
     monkeypatch.setenv("SLURM_CONF", conf)
@@ -69,6 +71,12 @@ def slurm(monkeypatch, worker_env):
     if os.environ.get("LRA_REQUIRE_SLURM") == "1":
       pytest.fail(f"LRA_REQUIRE_SLURM=1 but {problem}")
     pytest.skip(problem)
+  yield
+  queued = subprocess.run(["squeue", "-h", "-o", "%A %o"], capture_output=True, text=True,
+                          timeout=QUERY_TIMEOUT_S).stdout.split("\n")
+  mine = sorted({line.split()[0] for line in queued if f" {tmp_path}{os.sep}" in line})
+  if mine:
+    subprocess.run(["scancel", *mine], timeout=QUERY_TIMEOUT_S)
 
 
 def _squeue(job):
@@ -213,3 +221,24 @@ def test_killed_worker_releases_its_lock_and_the_rerun_finishes_the_cell(listops
   record = _only_record(results_dir)
   assert record["status"] == "ok" and record["slurm_job"] == _array(rerun)
   assert _resumed(cell) and min(_resumed(cell)) >= 8
+
+
+@pytest.mark.timeout(300)
+def test_rerun_names_the_failed_cells_job_and_worker_log(tmp_path, slurm):
+  """A cell whose worker recorded a failure (here: no data) is retried by the rerun, whose summary names
+  the failure, the worker's job and state, and its log."""
+  results_dir, no_data = str(tmp_path / "results"), str(tmp_path / "empty")
+  os.makedirs(no_data)
+  first = _suite(results_dir, no_data, tiny_overrides())
+  job = _array(first)
+  _wait_until_gone(job, 200)
+  assert _only_record(results_dir)["status"] == "no_data"
+
+  rerun = _suite(results_dir, no_data, tiny_overrides())
+  subprocess.run(["scancel", _array(rerun)], check=True, timeout=QUERY_TIMEOUT_S)  # not needed to run
+  log = os.path.join(results_dir, "submitit", f"{job}_0_log.out")
+  name = "listops/vanilla/seed0"
+  note = [line for line in rerun.lines() if line.startswith(f"{name}: not finished by SLURM job {job} (")]
+  assert len(note) == 1 and os.path.exists(log), rerun.lines()
+  assert re.search(r"\((squeue|scontrol|sacct): COMPLETED", note[0]), note[0]  # the worker ended well
+  assert "; recorded no_data: " in note[0] and note[0].endswith(f"its log: {log}"), note[0]
