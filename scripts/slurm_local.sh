@@ -165,6 +165,15 @@ start_daemon() {  # start_daemon slurmctld|slurmd: daemonizes itself and writes 
   die "$name exited at start: $(tail -n 1 "$DIR/log/$name.log" 2>/dev/null) (log: $DIR/log/$name.log)"
 }
 
+check_ports_free() {  # another SLURM (or anything) listening on our ports: say so before starting
+  local port
+  for port in "$PORT" "$((PORT + 1))"; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      die "port $port on this machine is in use (another slurmctld/slurmd?); pick free ports with LRA_SLURM_PORT=<port> (it uses that one and the next)"
+    fi
+  done
+}
+
 node_state() {
   sinfo -h -N -o %T 2>/dev/null | head -n 1
 }
@@ -217,16 +226,23 @@ cmd_start() {
     echo "slurm_local.sh: already running ($DIR); export SLURM_CONF=$CONF"
     return 0
   fi
+  [[ -n $(running_pid slurmctld)$(running_pid slurmd) ]] || check_ports_free
+  trap 'cmd_stop >/dev/null 2>&1' EXIT  # a start that fails half-way leaves nothing of ours running
   write_conf
   start_munged
   start_daemon slurmctld
   start_daemon slurmd
   wait_idle
+  trap - EXIT
   echo "slurm_local.sh: SLURM is up: node $(hostname -s), $(sinfo -h -N -o %c | head -n 1) CPUs, partition" \
     "debug ($DIR); for sinfo/srun/sbatch: export SLURM_CONF=$CONF"
 }
 
 cmd_stop() {
+  if [[ -z $(running_pid slurmd)$(running_pid slurmctld)$(running_pid munged) ]]; then
+    echo "slurm_local.sh: nothing of $DIR is running"
+    return 0
+  fi
   cancel_jobs
   stop_daemon slurmd
   stop_daemon slurmctld
@@ -240,7 +256,7 @@ cmd_status() {
     if [[ -n $pid ]]; then echo "$name: running (pid $pid)"; else echo "$name: not running"; ok=1; fi
   done
   if [[ $ok -eq 0 ]] && sinfo -N >/dev/null 2>&1; then
-    sinfo -N -o "%N %T %c CPUs, partition %P"
+    sinfo -h -N -o "node %N: %T, %c CPUs, partition %P"
   else
     echo "the cluster in $DIR is not up (scripts/slurm_local.sh start)"
     return 1
