@@ -138,7 +138,7 @@ running_pid() {  # the pid of daemon $1 if its pid file names a live process of 
   local file pid
   file=$(pid_file "$1")
   [[ -f $file ]] || return 0
-  pid=$(tr -dc '0-9' <"$file")
+  pid=$(tr -dc '0-9' <"$file" 2>/dev/null || true)
   [[ -n $pid && -r /proc/$pid/comm && $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] && echo "$pid"
   return 0
 }

@@ -15,6 +15,7 @@ directory of ``scripts/slurm_local.sh`` if it holds a config.
 """
 
 import fcntl
+import functools
 import getpass
 import json
 import os
@@ -42,8 +43,10 @@ LONG_CELL = tiny_overrides(num_train_steps=200, eval_every=50, log_every=50)
 COMPARED = ("test_accuracy", "test_accuracy_last", "best_val_accuracy", "best_step", "train_steps")
 
 
-def _cluster_problem():
-  """Why the tests cannot use a SLURM here (one line), or None when a node answers."""
+@functools.lru_cache
+def _cluster_problem(slurm_conf):
+  """Why the tests cannot use the SLURM of ``slurm_conf`` (one line), or None when a node answers. Once
+  per session: a controller that is down costs ``sinfo`` its message timeout."""
   try:
     proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
   except FileNotFoundError:
@@ -66,7 +69,7 @@ def slurm(monkeypatch, tmp_path, worker_env):
   conf = os.path.join(STATE_DIR, "slurm.conf")
   if "SLURM_CONF" not in os.environ and os.path.exists(conf):
     monkeypatch.setenv("SLURM_CONF", conf)
-  problem = _cluster_problem()
+  problem = _cluster_problem(os.environ.get("SLURM_CONF"))
   if problem:
     if os.environ.get("LRA_REQUIRE_SLURM") == "1":
       pytest.fail(f"LRA_REQUIRE_SLURM=1 but {problem}")
