@@ -37,9 +37,9 @@ pytestmark = pytest.mark.slurm
 STATE_DIR = os.environ.get("LRA_SLURM_DIR") or os.path.join(tempfile.gettempdir(),
                                                             f"lra-bench-slurm-{getpass.getuser()}")
 QUERY_TIMEOUT_S = 15
-# One cell long enough that a signal sent after its step-8 checkpoint lands mid-training (~1 s a
-# checkpoint on a busy 2-CPU machine); evaluations rare, so the run is mostly steps and checkpoints.
-LONG_CELL = tiny_overrides(num_train_steps=200, eval_every=50, log_every=50)
+# One cell long enough that a signal sent after its step-8 checkpoint lands mid-training: 88 more steps
+# and 11 checkpoints (0.2-1 s each here) against ~0.1 s from scancel to the worker; evaluations rare.
+LONG_CELL = tiny_overrides(num_train_steps=96, eval_every=48, log_every=48)
 COMPARED = ("test_accuracy", "test_accuracy_last", "best_val_accuracy", "best_step", "train_steps")
 
 
@@ -190,7 +190,8 @@ def test_srun_two_tasks_train_as_two_processes_into_one_record(listops_dir, tmp_
   workdir, results_dir = str(tmp_path / "run"), str(tmp_path / "results")
   command = ["srun", "-n", "2", "--time=10", sys.executable, "-m", "lra_bench", "train", "--task=listops",
              "--attention=vanilla", "--protocol=smoke", f"--workdir={workdir}", f"--data_dir={listops_dir}",
-             f"--results_dir={results_dir}", *[f"--set={o}" for o in tiny_overrides()]]
+             f"--results_dir={results_dir}",
+             *[f"--set={o}" for o in tiny_overrides(num_train_steps=8, eval_every=8, log_every=8)]]
   proc = subprocess.run(command, capture_output=True, text=True, timeout=360, cwd=REPO)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   record = _only_record(results_dir)
