@@ -14,8 +14,8 @@
 # pid files and logs (log/). SLURM's client commands find this cluster through SLURM_CONF; the tests set
 # it themselves when the default state directory holds a running cluster. Ports: $LRA_SLURM_PORT
 # (slurmctld, default 6817) and the next one (slurmd).
-# The daemons run as the invoking user (SlurmUser); as root jobs may run as any user, as another user
-# only as that user (and only if slurmd works unprivileged there). No systemd, no cgroups:
+# The daemons run as the invoking user (SlurmUser, SlurmdUser): as root, jobs may run as any user; as
+# another user (tried as `nobody`, packages installed), jobs run as that user. No systemd, no cgroups:
 # ProctrackType=proctrack/linuxproc, TaskPlugin=task/none; no accounting database (sacct has nothing:
 # finished jobs stay visible to `scontrol show job` for MinJobAge seconds).
 set -euo pipefail
@@ -52,7 +52,8 @@ install_slurm() {
   missing=$(missing_commands)
   [[ -z $missing ]] && return 0
   if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-    die "SLURM is not installed (missing: $missing) and cannot be installed here (needs root and apt-get); install the packages ${PACKAGES[*]}, or run this as root on Debian/Ubuntu"
+    die "SLURM is not installed (missing: $missing) and cannot be installed here (needs root and apt-get);\
+ install the packages ${PACKAGES[*]}, or run this as root on Debian/Ubuntu"
   fi
   mkdir -p "$DIR/log"
   echo "slurm_local.sh: installing ${PACKAGES[*]} (apt-get; log: $DIR/log/apt.log)"
@@ -169,7 +170,8 @@ check_ports_free() {  # another SLURM (or anything) listening on our ports: say 
   local port
   for port in "$PORT" "$((PORT + 1))"; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      die "port $port on this machine is in use (another slurmctld/slurmd?); pick free ports with LRA_SLURM_PORT=<port> (it uses that one and the next)"
+      die "port $port on this machine is in use (another slurmctld/slurmd?);\
+ pick free ports with LRA_SLURM_PORT=<port> (it uses that one and the next)"
     fi
   done
 }
@@ -220,6 +222,8 @@ cancel_jobs() {  # this cluster's jobs (slurmd leaves running jobs' slurmstepd b
 # --- the commands ---------------------------------------------------------------------------------------
 
 cmd_start() {
+  mkdir -p "$DIR/log" 2>/dev/null && [[ -w $DIR ]] \
+    || die "cannot write the state directory $DIR; set LRA_SLURM_DIR to a directory of yours"
   install_slurm
   if [[ -n $(running_pid slurmctld) && -n $(running_pid slurmd) && -n $(running_pid munged) ]]; then
     wait_idle

@@ -270,10 +270,11 @@ def launch(launcher: str, options: dict[str, Any], grid: Grid, *, finished: Call
   ids = [job.job_id for job in jobs]
   if launcher == "slurm":
     array = ids[0].split("_")[0]
+    log = f"{array}_0_log.out" if len(jobs) == 1 else f"{array}_<i>_0_log.out"  # submitit's names
     return Launch(ids, [], [
         *history,
         f"submitted {len(jobs)} workers as SLURM job array {array} "
-        f"({_describe(options, len(jobs))}); logs: {folder}/{array if len(jobs) == 1 else array + '_<i>'}_0_log.out",
+        f"({_describe(options, len(jobs))}); logs: {folder}/{log}",
         f"watch: squeue -j {array}; results: {grid.results_dir}/results.jsonl "
         f"(lra-bench report --results_dir {grid.results_dir})",
         "a preempted or timed-out worker is requeued and its cell resumes from its checkpoint; after the array "
