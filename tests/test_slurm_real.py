@@ -10,8 +10,8 @@
 5. a cell whose worker recorded a failure: the rerun names the failure, the job's state and its log.
 
 Skipped (one line: why) when ``sinfo`` reaches no controller; ``LRA_REQUIRE_SLURM=1`` (CI) makes that a
-failure. The tests do not start the cluster; when ``SLURM_CONF`` is unset they use the default state
-directory of ``scripts/slurm_local.sh`` if it holds a config.
+failure. The tests do not start the cluster; when ``SLURM_CONF`` is unset they use the cluster of
+``scripts/slurm_local.sh`` (its state directory: ``$LRA_SLURM_DIR`` or the script's default) if it runs.
 """
 
 import fcntl
@@ -62,14 +62,26 @@ def _cluster_problem(slurm_conf):
   return None
 
 
+def _daemon_alive(pid_file):
+  try:
+    with open(pid_file) as f:
+      return os.path.exists(f"/proc/{int(f.read().strip())}")
+  except (OSError, ValueError):
+    return False
+
+
 @pytest.fixture
 def slurm(monkeypatch, tmp_path, worker_env):
   """A reachable SLURM (else skip, or fail under ``LRA_REQUIRE_SLURM=1``); jobs inherit this env. On
   teardown, the test's jobs still queued (their batch scripts are under its ``tmp_path``) are cancelled."""
   conf = os.path.join(STATE_DIR, "slurm.conf")
+  problem = None
   if "SLURM_CONF" not in os.environ and os.path.exists(conf):
-    monkeypatch.setenv("SLURM_CONF", conf)
-  problem = _cluster_problem(os.environ.get("SLURM_CONF"))
+    if _daemon_alive(os.path.join(STATE_DIR, "slurmctld.pid")):
+      monkeypatch.setenv("SLURM_CONF", conf)
+    else:  # the script's cluster, stopped: no need to wait for sinfo's timeout to say so
+      problem = f"the SLURM of {STATE_DIR} is not running (scripts/slurm_local.sh start)"
+  problem = problem or _cluster_problem(os.environ.get("SLURM_CONF"))
   if problem:
     if os.environ.get("LRA_REQUIRE_SLURM") == "1":
       pytest.fail(f"LRA_REQUIRE_SLURM=1 but {problem}")
