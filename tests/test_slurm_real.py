@@ -8,10 +8,10 @@
 4. a worker killed without warning releases its lock; the rerun names the dead job's state and log, and
    finishes the cell from its checkpoint;
 5. a cell whose worker recorded a failure: the rerun names the failure, the job's state and its log.
-
-Skipped (one line: why) when ``sinfo`` reaches no controller; ``LRA_REQUIRE_SLURM=1`` (CI) makes that a
+These (marker ``slurm``) are skipped (one line: why) when ``sinfo`` reaches no controller; ``LRA_REQUIRE_SLURM=1`` (CI) makes that a
 failure. The tests do not start the cluster; when ``SLURM_CONF`` is unset they use the cluster of
 ``scripts/slurm_local.sh`` (its state directory: ``$LRA_SLURM_DIR`` or the script's default) if it runs.
+The script's usage errors and its ``stop`` (only its own daemons) are tested without a cluster.
 """
 
 import fcntl
@@ -31,8 +31,6 @@ from lra_bench.experiments import results, suite
 from tests.conftest import tiny_overrides
 from tests.test_launcher import (REPO, _records_per_cell, _resumed, _wait_for_checkpointed_cell,  # noqa: F401
                                  worker_env)
-
-pytestmark = pytest.mark.slurm
 
 STATE_DIR = os.environ.get("LRA_SLURM_DIR") or os.path.join(tempfile.gettempdir(),
                                                             f"lra-bench-slurm-{getpass.getuser()}")
@@ -131,6 +129,7 @@ def _only_record(results_dir):
   return records[0]
 
 
+@pytest.mark.slurm
 @pytest.mark.timeout(600)
 def test_grid_as_a_job_array_every_cell_once_then_a_rerun_submits_nothing(listops_dir, tmp_path, slurm):
   results_dir = str(tmp_path / "results")
@@ -170,6 +169,7 @@ def _wait_then_set_begin_now(job, timeout_s):
   raise AssertionError(f"SLURM job {job} was not requeued within {timeout_s} s: {_squeue(job)}")
 
 
+@pytest.mark.slurm
 @pytest.mark.timeout(600)
 def test_worker_at_its_time_limit_is_requeued_and_resumes_to_the_same_numbers(listops_dir, tmp_path, slurm):
   """USR2 is what SLURM sends ``--signal`` seconds before the time limit: the worker requeues itself
@@ -197,6 +197,7 @@ def test_worker_at_its_time_limit_is_requeued_and_resumes_to_the_same_numbers(li
   assert "preempted or out of time; requeued" in log and f"worker 0: ok: {cell.name}" in log
 
 
+@pytest.mark.slurm
 @pytest.mark.timeout(400)
 def test_srun_two_tasks_train_as_two_processes_into_one_record(listops_dir, tmp_path, slurm):
   workdir, results_dir = str(tmp_path / "run"), str(tmp_path / "results")
@@ -213,6 +214,7 @@ def test_srun_two_tasks_train_as_two_processes_into_one_record(listops_dir, tmp_
     assert json.load(f)["num_processes"] == 2
 
 
+@pytest.mark.slurm
 @pytest.mark.timeout(600)
 def test_killed_worker_releases_its_lock_and_the_rerun_finishes_the_cell(listops_dir, tmp_path, slurm):
   results_dir = str(tmp_path / "results")
@@ -239,6 +241,7 @@ def test_killed_worker_releases_its_lock_and_the_rerun_finishes_the_cell(listops
   assert _resumed(cell) and min(_resumed(cell)) >= 8
 
 
+@pytest.mark.slurm
 @pytest.mark.timeout(300)
 def test_rerun_names_the_failed_cells_job_and_worker_log(tmp_path, slurm):
   """A cell whose worker recorded a failure (here: no data) is retried by the rerun, whose summary names
@@ -258,3 +261,27 @@ def test_rerun_names_the_failed_cells_job_and_worker_log(tmp_path, slurm):
   assert len(note) == 1 and os.path.exists(log), rerun.lines()
   assert re.search(r"\((squeue|scontrol|sacct): COMPLETED", note[0]), note[0]  # the worker ended well
   assert "; recorded no_data: " in note[0] and note[0].endswith(f"its log: {log}"), note[0]
+
+
+def test_slurm_local_sh_usage_and_stop_kills_only_its_own_daemons(tmp_path):
+  """No cluster needed: a usage error is one line (exit 2); ``stop`` kills a process only when its pid
+  file names a live daemon of that name, never another process that got the pid."""
+  script = os.path.join(REPO, "scripts", "slurm_local.sh")
+  env = dict(os.environ, LRA_SLURM_DIR=str(tmp_path))
+  usage = subprocess.run(["bash", script, "restart"], capture_output=True, text=True, env=env, timeout=30)
+  assert usage.returncode == 2 and usage.stdout == ""
+  assert usage.stderr.splitlines() == ["error: slurm_local.sh: usage: scripts/slurm_local.sh "
+                                       "start|stop|status|env (got: restart)"]
+  shown = subprocess.run(["bash", script, "env"], capture_output=True, text=True, env=env, timeout=30)
+  assert shown.stdout == f"export SLURM_CONF={tmp_path}/slurm.conf\n"
+
+  other = subprocess.Popen(["sleep", "60"])  # not a daemon of the script, but its pid files name it
+  try:
+    for name in ("slurmd.pid", "slurmctld.pid"):
+      (tmp_path / name).write_text(f"{other.pid}\n")
+    stop = subprocess.run(["bash", script, "stop"], capture_output=True, text=True, env=env, timeout=90)
+    assert stop.returncode == 0 and "nothing of" in stop.stdout, stop.stdout + stop.stderr
+    assert other.poll() is None  # still running
+  finally:
+    other.kill()
+    other.wait()
