@@ -223,7 +223,9 @@ def test_killed_worker_releases_its_lock_and_the_rerun_finishes_the_cell(listops
   cells, _ = suite.plan("smoke", ["listops"], ["vanilla"], [0], results_dir, LONG_CELL)
   cell, holder = _wait_for_checkpointed_cell(results_dir, cells, 8, time.time() + 300)
   assert holder["job"] == job
-  subprocess.run(["scancel", "--signal=KILL", job], check=True, timeout=QUERY_TIMEOUT_S)
+  # SIGKILL to the worker's step (SLURM 22.05 turns a job-level `scancel --signal=KILL` into a cancel:
+  # SIGTERM first, which submitit ignores, the SIGKILL seconds later; the cell may finish in between).
+  subprocess.run(["scancel", "--signal=KILL", f"{job}.0"], check=True, timeout=QUERY_TIMEOUT_S)
   _wait_until_gone(job, 120)
   with open(suite.lock_path(results_dir, cell)) as lock:  # free (and still naming the dead job)
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
