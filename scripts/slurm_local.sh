@@ -139,7 +139,7 @@ running_pid() {  # the pid of daemon $1 if its pid file names a live process of 
   local file pid
   file=$(pid_file "$1")
   [[ -f $file ]] || return 0
-  pid=$(tr -dc '0-9' <"$file" 2>/dev/null || true)
+  pid=$(tr -dc '0-9' 2>/dev/null <"$file" || true)  # the daemon may remove it meanwhile
   [[ -n $pid && -r /proc/$pid/comm && $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] && echo "$pid"
   return 0
 }
