@@ -55,3 +55,8 @@ def fast_compile(monkeypatch):
     yield
   finally:
     jax.config.update("jax_disable_most_optimizations", False)
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "slurm: needs a reachable SLURM (scripts/slurm_local.sh start); "
+                          "skipped without one unless LRA_REQUIRE_SLURM=1")

@@ -15,6 +15,13 @@ another one) claims it again and it resumes from its orbax checkpoint. ``--launc
 this code through submitit's LocalExecutor (the tests kill and preempt its workers).
 
 Each worker's log: ``<log_dir>/<job id>_0_log.out`` (default ``log_dir``: ``<results_dir>/submitit``).
+
+What went wrong, under the real scheduler: ``--launcher slurm`` returns once the array is submitted, so
+it is the next run of the same command that finds cells still without a record. For each of those whose
+lock file names a worker of an earlier SLURM launch (its job has a ``<job>_submission.sh`` in the log
+dir), the summary names that job, its state as the scheduler tells it (``squeue`` while it is queued or
+running, ``scontrol show job`` for ``MinJobAge`` seconds after it ended, ``sacct`` where accounting is on),
+the cell's recorded failure if any, and the worker's log (``history_notes``).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import logging
 import os
 import shlex
 import socket
+import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
@@ -48,6 +56,7 @@ LOCAL_TIME_LIMIT_MIN = 7 * 24 * 60  # local workers: no limit in practice (submi
 MAX_REQUEUES = 50  # requeues after a time limit (a long grid on short jobs needs many); preemptions are free
 SIGNAL_DELAY_S = 120  # USR2 this long before the time limit: the worker checkpoints and requeues
 POLL_S = 2.0
+SCHEDULER_TIMEOUT_S = 10  # one squeue/scontrol/sacct query; a scheduler that does not answer is "unknown"
 
 
 def check_options(launcher: str, options: dict[str, Any] | None) -> dict[str, Any]:
@@ -84,6 +93,7 @@ class Grid:
   retry: tuple[str, ...]
   baseline: dict[tuple, int]  # records per cell when the suite was planned (``suite.record_counts``)
   work: Callable[..., Any]  # ``suite.work``: one pass over cells (pickled by reference)
+  holder: Callable[[str, Any], dict | None] | None = None  # ``suite.lock_holder``: who ran a cell last
 
 
 class Worker:
@@ -96,6 +106,7 @@ class Worker:
   def __call__(self) -> dict[str, Any]:
     _load_plugins()
     _quiet_console()
+    logging.getLogger("submitit").propagate = False  # its own handlers write the log; once is enough
     grid, ran = self.grid, {}
     print(f"worker {self.index} on {socket.gethostname()} (pid {os.getpid()}): {len(grid.cells)} planned cells",
           flush=True)
@@ -202,7 +213,7 @@ def submit(launcher: str, options: dict[str, Any], grid: Grid) -> tuple[list[sub
   """Submits the workers (one job each; one job array on SLURM); returns the jobs and the log dir."""
   from submitit.core import utils as submitit_utils
 
-  folder = os.path.abspath(options["log_dir"] or os.path.join(grid.results_dir, "submitit"))
+  folder = _log_folder(options, grid)
   count = worker_count(launcher, options, len(grid.cells))
   with _worker_env():
     executor = make_executor(launcher, options, folder, count)
@@ -254,13 +265,16 @@ def launch(launcher: str, options: dict[str, Any], grid: Grid, *, finished: Call
   """local: submits the workers and waits for them. slurm: submits the job array and returns."""
   from tqdm.auto import tqdm
 
+  history = history_notes(grid, _log_folder(options, grid)) if launcher == "slurm" else []
   jobs, folder = submit(launcher, options, grid)
   ids = [job.job_id for job in jobs]
   if launcher == "slurm":
     array = ids[0].split("_")[0]
+    log = f"{array}_0_log.out" if len(jobs) == 1 else f"{array}_<i>_0_log.out"  # submitit's names
     return Launch(ids, [], [
+        *history,
         f"submitted {len(jobs)} workers as SLURM job array {array} "
-        f"({_describe(options, len(jobs))}); logs: {folder}/{array}_<i>_0_log.out",
+        f"({_describe(options, len(jobs))}); logs: {folder}/{log}",
         f"watch: squeue -j {array}; results: {grid.results_dir}/results.jsonl "
         f"(lra-bench report --results_dir {grid.results_dir})",
         "a preempted or timed-out worker is requeued and its cell resumes from its checkpoint; after the array "
@@ -272,6 +286,72 @@ def launch(launcher: str, options: dict[str, Any], grid: Grid, *, finished: Call
   finally:
     bar.close()
   return Launch(ids, outputs, [f"{len(jobs)} local workers (submitit): logs in {folder}", *dead], waited=True)
+
+
+def _log_folder(options: dict[str, Any], grid: Grid) -> str:
+  return os.path.abspath(options["log_dir"] or os.path.join(grid.results_dir, "submitit"))
+
+
+def history_notes(grid: Grid, folder: str) -> list[str]:
+  """A line per planned cell that a worker of an earlier SLURM launch (logs in ``folder``) held last:
+  its job, the job's state, the cell's recorded failure if any, and the worker's log."""
+  if grid.holder is None:
+    return []
+  from lra_bench.experiments import results
+
+  failures = _failures(results.load_records(grid.results_dir), grid)
+  notes = []
+  for cell in grid.cells:
+    job = (grid.holder(grid.results_dir, cell) or {}).get("job")
+    if not job or not os.path.exists(os.path.join(folder, f"{str(job).split('_')[0]}_submission.sh")):
+      continue  # never claimed, or not by a SLURM worker of this log dir
+    failure = f"; recorded {failures[cell.name]}" if cell.name in failures else ""
+    notes.append(f"{cell.name}: not finished by SLURM job {job} ({job_state(str(job))}){failure}; "
+                 f"its log: {os.path.join(folder, f'{job}_0_log.out')}")
+  return notes
+
+
+def _failures(records: Sequence[dict], grid: Grid) -> dict[str, str]:
+  """Cell name -> ``status: first error line`` of its latest record, for cells whose last run failed."""
+  from lra_bench.experiments import results
+
+  keys = {cell.key(): cell.name for cell in grid.cells}
+  out = {}
+  for record in records:
+    name = keys.get(results.run_key(record)) if "task" in record else None
+    if name is not None and record.get("status") != "ok":
+      error = (record.get("error") or "").strip()
+      out[name] = f"{record['status']}: {error.splitlines()[0][:200] if error else 'no reason recorded'}"
+  return out
+
+
+def job_state(job: str) -> str:
+  """What SLURM says of ``job`` (``<id>`` or ``<array>_<task>``): ``squeue: RUNNING``, ``scontrol:
+  FAILED, exit code 0:9``, ``sacct: CANCELLED by 0, exit code 0:0``, or why it cannot say."""
+  queued = _ask(["squeue", "-h", "-j", job, "-o", "%T %r"])
+  if queued:
+    state, _, reason = queued.splitlines()[0].partition(" ")
+    return f"squeue: {state}" + (f", reason {reason}" if reason and reason != "None" else "")
+  shown = _ask(["scontrol", "-o", "show", "job", job])
+  fields = dict(item.partition("=")[::2] for item in (shown or "").split("\n")[0].split())
+  if fields.get("JobState"):
+    return f"scontrol: {fields['JobState']}, exit code {fields.get('ExitCode', '?')}"
+  accounted = _ask(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State,ExitCode"])
+  if accounted:
+    state, _, code = accounted.splitlines()[-1].partition("|")
+    return f"sacct: {state}, exit code {code}"
+  return "no longer known to squeue, scontrol or sacct"
+
+
+def _ask(command: list[str]) -> str | None:
+  """The stripped stdout of a scheduler query, or None if it failed or said nothing."""
+  try:
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=SCHEDULER_TIMEOUT_S)
+  except (OSError, subprocess.TimeoutExpired):
+    return None
+  if proc.returncode != 0:
+    return None
+  return proc.stdout.strip() or None
 
 
 def _describe(options: dict[str, Any], count: int) -> str:

@@ -290,10 +290,18 @@ def device_info() -> dict[str, Any]:
           "num_devices": jax.device_count(), "num_processes": jax.process_count()}
 
 
+def slurm_job() -> str | None:
+  """The SLURM job this process runs in: ``<array job>_<task>`` in a job array, else the job id."""
+  if os.environ.get("SLURM_ARRAY_JOB_ID"):
+    return f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+  return os.environ.get("SLURM_JOB_ID")
+
+
 def make_record(**fields: Any) -> dict[str, Any]:
-  """A record with every ``FIELDS`` entry present (missing ones null) plus any extra fields given."""
+  """A record with every ``FIELDS`` entry present (missing ones null) plus any extra fields given, and
+  the SLURM job that wrote it (``slurm_job``, null outside SLURM)."""
   record = {name: None for name in FIELDS}
-  record.update(versions=versions(), git_sha=git_sha(), **device_info())
+  record.update(versions=versions(), git_sha=git_sha(), slurm_job=slurm_job(), **device_info())
   record.update(fields)
   if record["status"] not in STATUSES:
     raise ValueError(f"status must be one of {STATUSES}, got {record['status']!r}")

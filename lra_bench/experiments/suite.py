@@ -524,7 +524,7 @@ def _launch(launcher: str, options: dict[str, Any], todo: list[Cell], baseline: 
   if not todo:
     return Summary()
   grid = launcher_lib.Grid(todo, os.path.abspath(results_dir), os.path.abspath(data_dir), list(overrides),
-                           bool(isolate), tuple(retry), baseline, work)
+                           bool(isolate), tuple(retry), baseline, work, lock_holder)
   done = launcher_lib.launch(launcher, options, grid, finished=lambda: len(_ran_since(grid)),
                              progress=progress, desc=desc)
   if not done.waited:

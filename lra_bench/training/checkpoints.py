@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import threading
 from typing import Any
@@ -205,7 +206,11 @@ class Checkpoints:
     self._keep_best(self.committed_best_step)
     for name in os.listdir(self.data_dir):
       if not name.startswith(f"iter-{step}") and name != "checkpoint":
-        os.remove(os.path.join(self.data_dir, name))
+        path = os.path.join(self.data_dir, name)
+        if os.path.isdir(path):  # ``iter-<step>_temp/``: a write that a kill interrupted
+          shutil.rmtree(path)
+        else:
+          os.remove(path)
 
   def restore_last(self, target: TrainState, iterator_ckpt):
     """(state, progress) of the latest ``last`` step, or None; prunes ``best`` to match either way.
