@@ -55,9 +55,7 @@ class WorkdirBusyError(RuntimeError):
 
 def holder_info() -> dict[str, Any]:
   """Who holds a lock: pid, host and scheduler job (with many workers on a cluster, the file says which)."""
-  job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
-  if os.environ.get("SLURM_ARRAY_JOB_ID"):
-    job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+  job = results.slurm_job() or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
   return {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "since": time.time()}
 
 
