@@ -86,8 +86,9 @@ def accumulation_matches_full_batch() -> dict:
           "params_diff": _max_diff(params_full, params_acc), "update_size": _max_diff(params_full, init)}
 
 
-class _Interrupted(KeyboardInterrupt):
-  """Raised by the patched checkpoint writer: the process 'dies' right after a checkpoint."""
+class _Interrupted(BaseException):
+  """Raised by the patched checkpoint writer: the process 'dies' right after a checkpoint (not a
+  KeyboardInterrupt, which the loop turns into its "interrupted at step N" message)."""
 
 
 def end_to_end(data_dir: str, workdir: str) -> dict:

@@ -51,7 +51,9 @@ def test_nan_from_the_first_step_names_the_core_not_the_learning_rate(listops_di
   assert record["status"] == "failed"
   error = record["error"]
   assert "at step 1, before any parameter update" in error and "learning rate is not the cause" in error
-  assert error.endswith("check the attention core 'test_nan_core' with: lra-bench check test_nan_core")
+  # the core is registered by this test module, so the command loads it as a plugin
+  assert error.endswith("check the attention core 'test_nan_core' with: lra-bench check test_nan_core "
+                        f"--plugin {__name__}")
   assert "lower optimizer.learning_rate" not in error
 
 
@@ -82,9 +84,11 @@ def test_ctrl_c_says_the_step_and_how_to_resume(listops_dir, tmp_path):
   proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   lines = []
-  for line in proc.stderr:  # INFO lines: "step 16: loss ..." comes after the checkpoint of step 8
+  # INFO lines: "step 12: loss ..." comes after the checkpoint of step 8 and before the evaluation and
+  # checkpoint of step 16 (a SIGINT inside an orbax save once hung this test under load)
+  for line in proc.stderr:
     lines.append(line)
-    if "] step 16: loss" in line:
+    if "] step 12: loss" in line:
       break
   proc.send_signal(signal.SIGINT)
   lines += proc.stderr.readlines()
@@ -94,7 +98,7 @@ def test_ctrl_c_says_the_step_and_how_to_resume(listops_dir, tmp_path):
   assert "Traceback" not in err
   last = re.fullmatch(r"error: interrupted at step (\d+); rerun the same command to resume \(from the last "
                       r"checkpoint, step (\d+) or later\)", lines[-1].strip())
-  assert last and int(last.group(1)) >= 16 and int(last.group(2)) >= 8, err[-3000:]
+  assert last and int(last.group(1)) >= 12 and int(last.group(2)) >= 8, err[-3000:]
 
 
 # ----------------------------------------------------------------------------------------------------
