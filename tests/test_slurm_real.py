@@ -179,8 +179,9 @@ def test_worker_at_its_time_limit_is_requeued_and_resumes_to_the_same_numbers(li
   reference = _suite(reference_dir, listops_dir, LONG_CELL)
   victim = _suite(results_dir, listops_dir, LONG_CELL)
   cells, _ = suite.plan("smoke", ["listops"], ["vanilla"], [0], results_dir, LONG_CELL)
-  cell, holder = _wait_for_checkpointed_cell(results_dir, cells, 8, time.time() + 300)
   job = _array(victim)
+  cell, holder = _wait_for_checkpointed_cell(results_dir, cells, 8, time.time() + 300,
+                                             lambda: bool(_squeue(job)))
   assert holder["job"] == job
   subprocess.run(["scancel", "--signal=USR2", job], check=True, timeout=QUERY_TIMEOUT_S)
   _wait_then_set_begin_now(job, 120)
@@ -221,7 +222,8 @@ def test_killed_worker_releases_its_lock_and_the_rerun_finishes_the_cell(listops
   first = _suite(results_dir, listops_dir, LONG_CELL)
   job = _array(first)
   cells, _ = suite.plan("smoke", ["listops"], ["vanilla"], [0], results_dir, LONG_CELL)
-  cell, holder = _wait_for_checkpointed_cell(results_dir, cells, 8, time.time() + 300)
+  cell, holder = _wait_for_checkpointed_cell(results_dir, cells, 8, time.time() + 300,
+                                             lambda: bool(_squeue(job)))
   assert holder["job"] == job
   # SIGKILL to the worker's step (SLURM 22.05 turns a job-level `scancel --signal=KILL` into a cancel:
   # SIGTERM first, which submitit ignores, the SIGKILL seconds later; the cell may finish in between).

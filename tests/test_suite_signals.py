@@ -2,22 +2,20 @@
 the exit status says when cells failed; a ``--set`` cannot merge cells; a per-task ``--set`` error names
 the task; the summary counts every cell by status."""
 
-import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import time
 
-import flax.linen as nn
 import pytest
 
-import attention_zoo
 from attention_zoo import registry
 from lra_bench import cli as cli_lib
 from lra_bench.experiments import results, suite
 from lra_bench.training import config as config_lib
 from tests.conftest import tiny_overrides
+from tests.test_suite import Failing, FakeConfig  # a core that fails as soon as it is traced
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 linux_only = pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc (Linux)")
@@ -125,18 +123,6 @@ def test_a_child_given_the_claim_holds_it_after_the_suite_died(tmp_path):
   finally:
     os.kill(child, signal.SIGKILL)
   assert _wait(lambda: not _alive(child), 60) and _free(results_dir, cells[0])
-
-
-@dataclasses.dataclass(frozen=True)
-class FakeConfig(attention_zoo.AttentionConfig):
-  pass
-
-
-class Failing(nn.Module):
-  config: FakeConfig
-
-  def __call__(self, query, key, value, mask=None, deterministic=True):
-    raise RuntimeError("test_fails: injected failure")
 
 
 def _suite_cli(*flags: str) -> int:

@@ -18,12 +18,15 @@ first step after a (re)start, which compiles and warms up, and without evaluatio
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
 import logging
 import math
 import os
+import signal
+import threading
 import time
 from typing import Any, Iterable
 
@@ -290,15 +293,39 @@ class Run:
     metrics: list[dict] = []
     self.step = step  # the last step done (Ctrl-C names it)
     try:
-      self._steps(step, metrics, log, evaluate_now, checkpoint_now)
+      with self._ctrl_c_between_steps():
+        self._steps(step, metrics, log, evaluate_now, checkpoint_now)
     except KeyboardInterrupt:
       resume = (f"from the last checkpoint, step {self.saved_step} or later" if self.saved_step
                 else "no checkpoint was saved yet, so it starts again")
       raise Interrupted(f"interrupted at step {self.step}; rerun the same command to resume ({resume})") from None
 
+  @contextlib.contextmanager
+  def _ctrl_c_between_steps(self):
+    """A first Ctrl-C (SIGINT) stops the loop at the next step boundary, a second one at once.
+
+    Python raises KeyboardInterrupt wherever the main thread happens to be; inside a library (tf.data,
+    orbax, logging) that can be swallowed or leave threads waiting, and the run then trains on. The flag
+    moves the exception to the loop. Only in the main thread (signal handlers can be set nowhere else)."""
+    self.stop_requested = False
+    if threading.current_thread() is not threading.main_thread():
+      yield
+      return
+    def request_stop(signum, frame):
+      if self.stop_requested:
+        raise KeyboardInterrupt
+      self.stop_requested = True
+    previous = signal.signal(signal.SIGINT, request_stop)
+    try:
+      yield
+    finally:
+      signal.signal(signal.SIGINT, previous)
+
   def _steps(self, step: int, metrics: list, log: Every, evaluate_now: Every, checkpoint_now: Every) -> None:
     c = self.config
     while step < c.num_train_steps:
+      if self.stop_requested:
+        raise KeyboardInterrupt
       batch = self.to_global(to_numpy(next(self.train_iter)))
       self.timer.before_step(step)
       self.state, step_metrics = self.compiled(self.state, batch)
