@@ -1,9 +1,10 @@
 """attention_zoo: a registry of attention cores (see ``registry.py`` for the contract).
 
-Every module in this package is imported here, so a new attention is one new file with one decorated
-class: no other edit is needed for it to appear in ``list_attentions()``. Cores outside the package
-(plugins: ``--plugin``, ``$LRA_BENCH_PLUGINS``, the ``lra_bench.attentions`` entry points) are loaded by
-:func:`load_plugins`, or lazily by the first registry lookup.
+Every core module in this package is imported here, so a new attention is one new file with one decorated
+class: no other edit is needed for it to appear in ``list_attentions()``. A module whose name starts with an
+underscore (``_common``, ``_blocks``, ...) is a helper that registers nothing; the cores that use it import
+it. Cores outside the package (plugins: ``--plugin``, ``$LRA_BENCH_PLUGINS``, the ``lra_bench.attentions``
+entry points) are loaded by :func:`load_plugins`, or lazily by the first registry lookup.
 """
 
 import importlib as _importlib
@@ -22,7 +23,7 @@ from attention_zoo.registry import (
 )
 
 for _info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
-  if _info.name not in ("registry",):
+  if _info.name != "registry" and not _info.name.startswith("_"):
     _importlib.import_module(f"{__name__}.{_info.name}")
 _registry.mark_builtins_registered()
 

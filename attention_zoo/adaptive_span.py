@@ -10,7 +10,7 @@ renormalised:
     a_ij = softmax_j(q_i·k_j/√D) · m(|i − j|) / Σ_j' softmax_j'(q_i·k_j'/√D) · m(|i − j'|)
 
 over keys at distance ``x < max_span``. That equals ONE masked softmax with logits ``q·k/√D + log m``
-(allowed where m > 0), which is how it is computed (``common.joint_masked_attention``), on banded blocks:
+(allowed where m > 0), which is how it is computed (``_common.joint_masked_attention``), on banded blocks:
 queries in blocks of S = min(max_span, L rounded up to a multiple of 8) attend the keys of their own
 and both neighbouring blocks, so the cost is O(L·3S) — linear in L for a fixed ``max_span``.
 
@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -88,7 +88,7 @@ def neighbour_blocks(x: jax.Array, size: int) -> jax.Array:
   beyond the ends)."""
   padded = jnp.pad(x, [(0, 0), (size, size)] + [(0, 0)] * (x.ndim - 2))
   length = x.shape[1]
-  parts = [blocks.to_blocks(padded[:, shift * size: shift * size + length], size) for shift in range(3)]
+  parts = [_blocks.to_blocks(padded[:, shift * size: shift * size + length], size) for shift in range(3)]
   return jnp.concatenate(parts, axis=2)
 
 
@@ -123,22 +123,22 @@ class AdaptiveSpanAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length, heads, _ = query.shape
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     current_val = self.param("current_val", nn.initializers.constant(cfg.init_val), (heads,), jnp.float32)
     self.sow("losses", "span_penalty", cfg.loss_coeff * cfg.max_span * jnp.mean(current_val))
     clamped = current_val + jax.lax.stop_gradient(jnp.clip(current_val, 0.0, 1.0) - current_val)
 
     size = min(cfg.max_span, -(-length // 8) * 8)
-    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
+    query, key, value, mask = _blocks.pad_qkv_to_multiple(query, key, value, mask, size)
     allowed, delta = band_allowed(mask, size, cfg.max_span - 1, cfg.causal)   # [B, N, Q, K], [N, Q, K]
-    dtype = common.accum_dtype(query, key)
+    dtype = _common.accum_dtype(query, key)
     soft = ramp_mask(jnp.abs(delta).astype(dtype)[None], (cfg.max_span * clamped).astype(dtype)[:, None, None, None],
                      cfg.ramp)                                                 # [H, N, Q, K]
     allowed = allowed[:, None] & (soft > 0)                                    # [B, H, N, Q, K]
-    logits = common.dot_logits(blocks.to_blocks(query, size), neighbour_blocks(key, size),
+    logits = _common.dot_logits(_blocks.to_blocks(query, size), neighbour_blocks(key, size),
                                "bnqhd,bnkhd->bhnqk") + jnp.log(jnp.where(soft > 0, soft, 1.0))
-    out = common.joint_masked_attention(
-        [(logits, allowed, common.contraction("bhnqk,bnkhv->bhnqv", neighbour_blocks(value, size)))],
-        common.dropout_callback(cfg.dropout_rate, deterministic))                # [B, H, N, Q, V]
+    out = _common.joint_masked_attention(
+        [(logits, allowed, _common.contraction("bhnqk,bnkhv->bhnqv", neighbour_blocks(value, size)))],
+        _common.dropout_callback(cfg.dropout_rate, deterministic))                # [B, H, N, Q, V]
     out = jnp.transpose(out, (0, 2, 3, 1, 4)).astype(value.dtype)
-    return blocks.from_blocks(out)[:, :length]
+    return _blocks.from_blocks(out)[:, :length]

@@ -28,7 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 MODES = ("union", "alternating", "parallel", "row", "column")
@@ -64,38 +64,38 @@ class AxialAttention(nn.Module):
     allowed = mask_rm[:, :, :, None, :]                                           # [B, 1, R, 1, S]
     if self.config.causal:
       cols = q_rm.shape[3]
-      allowed = allowed & common.causal_allowed(cols, cols)
-    return common.dot_logits(q_rm, k_rm, "bhrcd,bhrsd->bhrcs"), allowed
+      allowed = allowed & _common.causal_allowed(cols, cols)
+    return _common.dot_logits(q_rm, k_rm, "bhrcd,bhrsd->bhrcs"), allowed
 
   def _column_logits(self, q_cm, k_cm, mask_cm, with_self=True):
     """Column keys (column-major): logits [B, H, C, R, T] and allowed [B, 1, C, R|1, T]."""
     rows = q_cm.shape[3]
     allowed = mask_cm[:, :, :, None, :]                                           # [B, 1, C, 1, T]
     if self.config.causal:
-      allowed = allowed & common.causal_allowed(rows, rows)
+      allowed = allowed & _common.causal_allowed(rows, rows)
     if not with_self:
       allowed = allowed & (jnp.arange(rows)[None, :] != jnp.arange(rows)[:, None])
-    return common.dot_logits(q_cm, k_cm, "bhcrd,bhctd->bhcrt"), allowed
+    return _common.dot_logits(q_cm, k_cm, "bhcrd,bhctd->bhcrt"), allowed
 
   def _attend_row(self, q_rm, k_rm, v_rm, mask_rm, deterministic):
     """Attention within rows, all row-major [B, H, R, C, X]."""
-    return common.masked_attention(*self._row_logits(q_rm, k_rm, mask_rm), v_rm,
+    return _common.masked_attention(*self._row_logits(q_rm, k_rm, mask_rm), v_rm,
                                    "bhrcs,bhrsv->bhrcv",
-                                   common.dropout_callback(self.config.dropout_rate, deterministic))
+                                   _common.dropout_callback(self.config.dropout_rate, deterministic))
 
   def _attend_column(self, q_cm, k_cm, v_cm, mask_cm, deterministic):
     """Attention within columns, all column-major [B, H, C, R, X]."""
-    return common.masked_attention(*self._column_logits(q_cm, k_cm, mask_cm), v_cm,
+    return _common.masked_attention(*self._column_logits(q_cm, k_cm, mask_cm), v_cm,
                                    "bhcrt,bhctv->bhcrv",
-                                   common.dropout_callback(self.config.dropout_rate, deterministic))
+                                   _common.dropout_callback(self.config.dropout_rate, deterministic))
 
   def _union(self, grids, deterministic):
     """Same row or same column, self once, one softmax over the C + R candidate keys."""
     (q_rm, q_cm), (k_rm, k_cm), (v_rm, v_cm), (mask_rm, mask_cm) = grids
-    return common.grid_masked_attention(
+    return _common.grid_masked_attention(
         [(*self._row_logits(q_rm, k_rm, mask_rm), v_rm)],
         [(*self._column_logits(q_cm, k_cm, mask_cm, with_self=False), v_cm)],
-        common.dropout_callback(self.config.dropout_rate, deterministic))
+        _common.dropout_callback(self.config.dropout_rate, deterministic))
 
   @nn.compact
   def __call__(self, query: jax.Array, key: jax.Array, value: jax.Array,
@@ -103,17 +103,17 @@ class AxialAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
-    _, width = blocks.grid_shape(length, cfg.width)
-    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, width)
+    mask = _common.default_mask(mask, batch, length)
+    _, width = _blocks.grid_shape(length, cfg.width)
+    query, key, value, mask = _blocks.pad_qkv_to_multiple(query, key, value, mask, width)
     # Head-major row-major [B, H, R, C, X] and column-major [B, H, C, R, X] views: row contractions run
     # in the first, column contractions in the second, each a batched matmul with batch axes leading.
-    (q_rm, q_cm), (k_rm, k_cm), (v_rm, v_cm) = (blocks.grid_layouts(x, width) for x in (query, key, value))
-    mask_rm, mask_cm = (m[..., 0] for m in blocks.grid_layouts(mask[:, :, None, None], width))
+    (q_rm, q_cm), (k_rm, k_cm), (v_rm, v_cm) = (_blocks.grid_layouts(x, width) for x in (query, key, value))
+    mask_rm, mask_cm = (m[..., 0] for m in _blocks.grid_layouts(mask[:, :, None, None], width))
     # masks: [B, 1, R, C] and [B, 1, C, R]
     row = lambda values: self._attend_row(q_rm, k_rm, values, mask_rm, deterministic)
     col = lambda values: self._attend_column(q_cm, k_cm, values, mask_cm, deterministic)
-    swap = common.swap_lines                                                        # rm <-> cm
+    swap = _common.swap_lines                                                        # rm <-> cm
     if cfg.mode == "union":
       out = self._union(((q_rm, q_cm), (k_rm, k_cm), (v_rm, v_cm), (mask_rm, mask_cm)), deterministic)
     elif cfg.mode == "row":
@@ -124,4 +124,4 @@ class AxialAttention(nn.Module):
       out = swap(col(swap(row(v_rm))))
     else:  # parallel
       out = 0.5 * (row(v_rm) + swap(col(v_cm)))
-    return blocks.from_grid(out)[:, :length].astype(value.dtype)
+    return _blocks.from_grid(out)[:, :length].astype(value.dtype)

@@ -13,14 +13,14 @@ With ``b(i) = ⌊i/S⌋`` and N blocks, query i may attend key j (per head h) if
 
 (ANDed with ``j ≤ i`` when causal, and with the key padding mask), all in one softmax per query. The
 two global query blocks attend densely to every key (2·S·L work). Each middle query block b sees two
-key parts in that one softmax (:func:`common.joint_masked_attention`): the two global key blocks
+key parts in that one softmax (:func:`_common.joint_masked_attention`): the two global key blocks
 (shared by all blocks, never copied) and its ``K = 3 + r`` local blocks ``[b−1, b, b+1, R_h[b]]``
 (the window as three shifted slices, only the random blocks gathered with ``take``, whose gradient is
 a scatter; never an L×L mask). Window slots that duplicate a global block (``b−1 = 0``,
 ``b+1 = N−1``) and random slots that could not be filled are masked, so every key is counted once.
-Batch and heads are merged into one leading axis (``common.merge_heads``): measured fwd+bwd at
+Batch and heads are merged into one leading axis (``_common.merge_heads``): measured fwd+bwd at
 B=1, H=4, D=64, L=1024 on XLA:CPU, this layout and the ungathered global/window blocks take 27 ms
-where the earlier all-gathered [B, H, ...] version took 36 ms.
+where gathering every block on a [B, H, ...] layout takes 36 ms.
 
 Differences from the original (LRA ``bigbird_attention.py``):
 
@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -144,26 +144,26 @@ class BigBirdAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length, heads, _ = query.shape
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     size = cfg.block_size or default_block_size(length)
-    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
+    query, key, value, mask = _blocks.pad_qkv_to_multiple(query, key, value, mask, size)
     num_blocks = query.shape[1] // size
     last_block = None if cfg.rand_block_span is None else cfg.rand_block_span // size - 1
     rand = random_blocks(num_blocks, cfg.num_rand_blocks, heads,
-                         [cfg.seed, common.module_path_hash(self)], causal=cfg.causal,
+                         [cfg.seed, _common.module_path_hash(self)], causal=cfg.causal,
                          last_block=last_block)
     self.sow("intermediates", "random_blocks", jnp.asarray(rand))
-    # Batch and heads merged into one leading axis (common.merge_heads): row n = b·H + h.
-    q_b, k_b, v_b = (blocks.to_blocks(common.merge_heads(x), size) for x in (query, key, value))  # [N, M, S, X]
-    mask_b = blocks.to_blocks(jnp.repeat(mask, heads, axis=0), size)               # [N, M, S]
-    drop = common.dropout_callback(cfg.dropout_rate, deterministic)
+    # Batch and heads merged into one leading axis (_common.merge_heads): row n = b·H + h.
+    q_b, k_b, v_b = (_blocks.to_blocks(_common.merge_heads(x), size) for x in (query, key, value))  # [N, M, S, X]
+    mask_b = _blocks.to_blocks(jnp.repeat(mask, heads, axis=0), size)               # [N, M, S]
+    drop = _common.dropout_callback(cfg.dropout_rate, deterministic)
     out = _global_rows(q_b, k_b, v_b, mask_b, cfg.causal, drop)                    # [N, G, S, V]
     if num_blocks > 2:
       local = _local_layout(rand, cfg.causal, size)
       out_middle = _middle_rows(q_b, k_b, v_b, mask_b, local, batch, cfg.causal, drop)  # [N, M', S, V]
       out = jnp.concatenate([out[:, :1], out_middle, out[:, 1:]], axis=1)
     out = out.reshape(out.shape[0], -1, out.shape[-1]).astype(value.dtype)       # [N, L', V]
-    return common.split_heads(out, heads)[:, :length]
+    return _common.split_heads(out, heads)[:, :length]
 
 
 def _global_rows(q_b, k_b, v_b, mask_b, causal, drop):
@@ -171,13 +171,13 @@ def _global_rows(q_b, k_b, v_b, mask_b, causal, drop):
   num_blocks, size = q_b.shape[1:3]
   global_ids = np.array([0] if num_blocks == 1 else [0, num_blocks - 1])
   flat = lambda x: x.reshape(x.shape[0], -1, *x.shape[3:])                         # [N, L', X]
-  logits = common.dot_logits(q_b[:, global_ids], flat(k_b), "ngqd,nkd->ngqk")      # [N, G, S, L']
+  logits = _common.dot_logits(q_b[:, global_ids], flat(k_b), "ngqd,nkd->ngqk")      # [N, G, S, L']
   allowed = flat(mask_b)[:, None, None, :]
   if causal:
     positions = np.arange(num_blocks * size).reshape(num_blocks, size)
     allowed = allowed & jnp.asarray(positions[global_ids][:, :, None] >= positions.reshape(-1))
-  return common.joint_masked_attention(
-      [(logits, allowed, common.contraction("ngqk,nkv->ngqv", flat(v_b)))], drop)
+  return _common.joint_masked_attention(
+      [(logits, allowed, _common.contraction("ngqk,nkv->ngqv", flat(v_b)))], drop)
 
 
 def _middle_rows(q_b, k_b, v_b, mask_b, local, batch, causal, drop):
@@ -198,9 +198,9 @@ def _middle_rows(q_b, k_b, v_b, mask_b, local, batch, causal, drop):
   glob_allowed = mask_b[:, ends].reshape(-1, 1, 1, 2 * size)
   if causal:  # block 0 is in every middle query's past, block M−1 in its future
     glob_allowed = glob_allowed & jnp.asarray(np.arange(2 * size) < size)
-  return common.joint_masked_attention([
-      (common.dot_logits(q_mid, k_glob, "nmqd,njd->nmqj"), glob_allowed,
-       common.contraction("nmqj,njv->nmqv", v_glob)),
-      (common.dot_logits(q_mid, k_loc, "nmqd,nmjd->nmqj"), loc_allowed,
-       common.contraction("nmqj,nmjv->nmqv", v_loc)),
+  return _common.joint_masked_attention([
+      (_common.dot_logits(q_mid, k_glob, "nmqd,njd->nmqj"), glob_allowed,
+       _common.contraction("nmqj,njv->nmqv", v_glob)),
+      (_common.dot_logits(q_mid, k_loc, "nmqd,nmjd->nmqj"), loc_allowed,
+       _common.contraction("nmqj,nmjv->nmqv", v_loc)),
   ], drop)

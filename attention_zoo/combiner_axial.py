@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import blocks, combiner_common, common
+from attention_zoo import _blocks, _combiner_common, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -43,7 +43,7 @@ class CombinerAxialConfig(AttentionConfig):
     width: grid columns m (e.g. the image width); ``None`` = ceil(sqrt(L)).
     spans: ``"vertical"``, ``"horizontal"`` or ``"both"`` (mixture).
     mixture: for ``spans="both"``: ``"joint"`` (one softmax) or ``"average"`` (mean of two softmaxes).
-    abstraction: span pooling, one of ``combiner_common.ABSTRACTIONS``.
+    abstraction: span pooling, one of ``_combiner_common.ABSTRACTIONS``.
   """
 
   width: int | None = None
@@ -88,14 +88,14 @@ class CombinerAxialAttention(nn.Module):
     if cfg.mixture not in ("joint", "average"):
       raise ValueError(f"mixture must be 'joint' or 'average', got {cfg.mixture!r}")
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     return _axial(
         query, key, value, mask,
-        combiner_common.AbstractionFeatures(cfg.abstraction, name="query_abstraction")(query),
-        combiner_common.AbstractionFeatures(cfg.abstraction, name="key_abstraction")(key),
-        combiner_common.dropout_rng(self, cfg.dropout_rate, deterministic),
+        _combiner_common.AbstractionFeatures(cfg.abstraction, name="query_abstraction")(query),
+        _combiner_common.AbstractionFeatures(cfg.abstraction, name="key_abstraction")(key),
+        _combiner_common.dropout_rng(self, cfg.dropout_rate, deterministic),
         width=cfg.width, spans=cfg.spans, mixture=cfg.mixture, causal=cfg.causal,
-        kind=combiner_common.pool_kind(cfg.abstraction), dropout_rate=cfg.dropout_rate)
+        kind=_combiner_common.pool_kind(cfg.abstraction), dropout_rate=cfg.dropout_rate)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "spans", "mixture", "causal", "kind",
@@ -108,20 +108,20 @@ def _axial(query, key, value, mask, fq, fk, rng, *, width, spans, mixture, causa
   (``_cm``: [B, H, C, R, X]) grid order. ROW-aligned key families (own row; vertical spans, indexed by
   (row r, column t)) are contracted in row-major order, COLUMN-aligned families (own column; horizontal
   spans, indexed by (row z, column c)) in column-major order, so every contraction is a batched matmul
-  with its batch axes leading; one softmax joins the two orders (:func:`common.grid_masked_attention`).
+  with its batch axes leading; one softmax joins the two orders (:func:`_common.grid_masked_attention`).
   """
   length = query.shape[1]
-  rows, cols = blocks.grid_shape(length, width)
-  pad = lambda x: common.pad_axis(x, cols, 1)
+  rows, cols = _blocks.grid_shape(length, width)
+  pad = lambda x: _common.pad_axis(x, cols, 1)
   (q_rm, q_cm), (k_rm, k_cm), (v_rm, v_cm), (fq_rm, fq_cm), (fk_rm, fk_cm) = (
-      blocks.grid_layouts(pad(x), cols) for x in (query, key, value, fq, fk))
-  valid = blocks.to_blocks(common.pad_axis(mask, cols, 1, False), cols)     # [B, R, C]
+      _blocks.grid_layouts(pad(x), cols) for x in (query, key, value, fq, fk))
+  valid = _blocks.to_blocks(_common.pad_axis(mask, cols, 1, False), cols)     # [B, R, C]
   valid_rm, valid_cm = valid[:, None], jnp.swapaxes(valid, 1, 2)[:, None]  # [B, 1, R, C], [B, 1, C, R]
   dtype = v_rm.dtype
 
   row_allowed = valid_rm[:, :, :, None, :]                                 # [B, 1, R, 1, T]
   if causal:
-    row_allowed = row_allowed & common.causal_allowed(cols, cols)          # [C, T]
+    row_allowed = row_allowed & _common.causal_allowed(cols, cols)          # [C, T]
   col_allowed = valid_cm[:, :, :, None, :] & _order(rows, causal, None)    # [B, 1, C, R, Z]
 
   def span_family(along_rows: bool):
@@ -142,7 +142,7 @@ def _axial(query, key, value, mask, fq, fk, rng, *, width, spans, mixture, causa
     k_line, v_line, key_valid = (k_cm, v_cm, valid_cm) if along_rows else (k_rm, v_rm, valid_rm)
     # k_line, v_line: [B, H, M, N, X]; key_valid: [B, 1, M, N]
     size, other = (rows, cols) if along_rows else (cols, rows)
-    per_direction = [combiner_common.exclusive_line_pools(f_lines, valid_lines, kind, not before)
+    per_direction = [_combiner_common.exclusive_line_pools(f_lines, valid_lines, kind, not before)
                      for before in befores]
     # q^ per line: [B, H, M, E*N, D]; k^ and nonempty per query line position: [B, H, N, E*M, .].
     q_hat = jnp.stack([jnp.moveaxis(q, 0, 3) for (q, _), _ in per_direction], 3)
@@ -150,7 +150,7 @@ def _axial(query, key, value, mask, fq, fk, rng, *, width, spans, mixture, causa
     nonempty = jnp.stack([jnp.moveaxis(n, 0, 2) for _, n in per_direction], 3)
     order = jnp.stack([_order(size, True, before) for before in befores])      # [E, N(query), N(key)]
     spec = ("bhmqd,bhmnd->bhmqn", "bhmqn,bhmnv->bhmqv")
-    v_hat = combiner_common.span_values(_merge(q_hat), k_line, v_line,          # [B, H, M, E*N, V]
+    v_hat = _combiner_common.span_values(_merge(q_hat), k_line, v_line,          # [B, H, M, E*N, V]
                                         key_valid[:, :, :, None, :] & order.reshape(-1, size),
                                         *spec)
     v_hat = _merge(jnp.transpose(v_hat.reshape(*v_hat.shape[:3], len(befores), size, -1),
@@ -167,11 +167,11 @@ def _axial(query, key, value, mask, fq, fk, rng, *, width, spans, mixture, causa
     col = [(k_cm, v_cm, col_allowed)] + ([span_family(along_rows=False)] if horizontal else [])
     # One key axis per family (direct keys, then span summaries): one matmul each way per family.
     row, col = _concat_keys(row), _concat_keys(col)
-    drop = combiner_common.dropout_fn(dropout_rate, part_rng, 2)
+    drop = _combiner_common.dropout_fn(dropout_rate, part_rng, 2)
     (row_k, row_v, row_ok), (col_k, col_v, col_ok) = row, col
-    return common.grid_masked_attention(                                    # [B, H, R, C, V]
-        [(common.dot_logits(q_rm, row_k, "bhrcd,bhrkd->bhrck"), row_ok, row_v)],
-        [(common.dot_logits(q_cm, col_k, "bhcrd,bhckd->bhcrk"), col_ok, col_v)], drop)
+    return _common.grid_masked_attention(                                    # [B, H, R, C, V]
+        [(_common.dot_logits(q_rm, row_k, "bhrcd,bhrkd->bhrck"), row_ok, row_v)],
+        [(_common.dot_logits(q_cm, col_k, "bhcrd,bhckd->bhcrk"), col_ok, col_v)], drop)
 
   if spans == "vertical":
     out = attend(True, False, rng)
@@ -182,7 +182,7 @@ def _axial(query, key, value, mask, fq, fk, rng, *, width, spans, mixture, causa
   else:
     rng_v, rng_h = (None, None) if rng is None else jax.random.split(rng)
     out = 0.5 * (attend(True, False, rng_v) + attend(False, True, rng_h))
-  return blocks.from_grid(out.astype(dtype))[:, :length]
+  return _blocks.from_grid(out.astype(dtype))[:, :length]
 
 
 def _concat_keys(parts):

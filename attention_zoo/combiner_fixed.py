@@ -25,7 +25,7 @@ import dataclasses
 import flax.linen as nn
 import jax
 
-from attention_zoo import blocks, combiner_common, common
+from attention_zoo import _blocks, _combiner_common, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -37,7 +37,7 @@ class CombinerFixedConfig(AttentionConfig):
       (``direct="sparse"``).
     direct: ``"sparse"`` (Sparse-Fixed support direct) or ``"block"`` (own block only, as the released
       code).
-    abstraction: span pooling, one of ``combiner_common.ABSTRACTIONS``.
+    abstraction: span pooling, one of ``_combiner_common.ABSTRACTIONS``.
   """
 
   block_size: int | None = None
@@ -60,15 +60,15 @@ class CombinerFixedAttention(nn.Module):
     if cfg.direct not in ("sparse", "block"):
       raise ValueError(f"direct must be 'sparse' or 'block', got {cfg.direct!r}")
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
-    size = cfg.block_size or blocks.sqrt_block_size(length)
-    q, k, v, valid = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
-    qb, kb = blocks.to_blocks(q, size), blocks.to_blocks(k, size)
-    out = combiner_common.block_combiner(
-        qb, kb, blocks.to_blocks(v, size), blocks.to_blocks(valid, size),
-        combiner_common.AbstractionFeatures(cfg.abstraction, name="query_abstraction")(qb),
-        combiner_common.AbstractionFeatures(cfg.abstraction, name="key_abstraction")(kb),
-        combiner_common.dropout_rng(self, cfg.dropout_rate, deterministic),
+    mask = _common.default_mask(mask, batch, length)
+    size = cfg.block_size or _blocks.sqrt_block_size(length)
+    q, k, v, valid = _blocks.pad_qkv_to_multiple(query, key, value, mask, size)
+    qb, kb = _blocks.to_blocks(q, size), _blocks.to_blocks(k, size)
+    out = _combiner_common.block_combiner(
+        qb, kb, _blocks.to_blocks(v, size), _blocks.to_blocks(valid, size),
+        _combiner_common.AbstractionFeatures(cfg.abstraction, name="query_abstraction")(qb),
+        _combiner_common.AbstractionFeatures(cfg.abstraction, name="key_abstraction")(kb),
+        _combiner_common.dropout_rng(self, cfg.dropout_rate, deterministic),
         causal=cfg.causal, num_summary=cfg.num_summary if cfg.direct == "sparse" else 0,
-        kind=combiner_common.pool_kind(cfg.abstraction), dropout_rate=cfg.dropout_rate)
-    return blocks.from_blocks(out)[:, :length]
+        kind=_combiner_common.pool_kind(cfg.abstraction), dropout_rate=cfg.dropout_rate)
+    return _blocks.from_blocks(out)[:, :length]

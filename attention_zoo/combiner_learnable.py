@@ -13,7 +13,7 @@ query's own chunk, spans = every other chunk (max-pooled summaries, within-span 
 softmax: an exact partition of all real keys. Cost O(L log L + L (S + N) D).
 
 Centroids live in the non-trainable collection ``"centroids"`` (``means``: [H, K, D], random unit
-vectors from the ``params`` RNG at init; the k-means machinery is ``attention_zoo.clustering``, shared
+vectors from the ``params`` RNG at init; the k-means machinery is ``attention_zoo._clustering``, shared
 with the Routing core). They are updated by an exponential moving average of the assigned features
 only when the caller makes that collection mutable (whatever ``deterministic`` is)::
 
@@ -34,7 +34,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import blocks, clustering, combiner_common, common
+from attention_zoo import _blocks, _clustering, _combiner_common, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -44,7 +44,7 @@ class CombinerLearnableConfig(AttentionConfig):
     num_clusters: K centroids per head.
     chunk_size: S; ``None`` = ceil(sqrt(L)).
     decay: EMA decay of the centroid update (``mutable=["centroids"]`` only).
-    abstraction: span pooling, one of ``combiner_common.ABSTRACTIONS``.
+    abstraction: span pooling, one of ``_combiner_common.ABSTRACTIONS``.
   """
 
   num_clusters: int = 8
@@ -55,9 +55,9 @@ class CombinerLearnableConfig(AttentionConfig):
 
 def routing_features(query: jax.Array, key: jax.Array) -> jax.Array:
   """[B, L, H, D] unit routing features (float32 or wider, no gradient)."""
-  acc = common.accum_dtype(query, key)
-  return jax.lax.stop_gradient(clustering.unit(clustering.unit(query.astype(acc))
-                                               + clustering.unit(key.astype(acc))))
+  acc = _common.accum_dtype(query, key)
+  return jax.lax.stop_gradient(_clustering.unit(_clustering.unit(query.astype(acc))
+                                               + _clustering.unit(key.astype(acc))))
 
 
 @register_attention("combiner_learnable", CombinerLearnableConfig)
@@ -75,22 +75,22 @@ class CombinerLearnableAttention(nn.Module):
       raise NotImplementedError("combiner_learnable sorts tokens by cluster, so a chunk mixes past and "
                                 "future tokens; it has no causal form")
     batch, length, heads, dim = query.shape
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     clusters = cfg.num_clusters
 
-    means = clustering.centroid_variable(self, heads, clusters, dim)
+    means = _clustering.centroid_variable(self, heads, clusters, dim)
     feats = routing_features(query, key)                                       # [B, L, H, D]
-    assign = clustering.nearest(clustering.similarities(feats, means.value), mask)  # [B, H, L]
-    if clustering.may_update(self):
-      clustering.ema_update(means, feats, assign, cfg.decay)
+    assign = _clustering.nearest(_clustering.similarities(feats, means.value), mask)  # [B, H, L]
+    if _clustering.may_update(self):
+      _clustering.ema_update(means, feats, assign, cfg.decay)
 
-    size = cfg.chunk_size or blocks.sqrt_block_size(length)
-    fq = combiner_common.AbstractionFeatures(cfg.abstraction, name="query_abstraction")(query)
-    fk = combiner_common.AbstractionFeatures(cfg.abstraction, name="key_abstraction")(key)
+    size = cfg.chunk_size or _blocks.sqrt_block_size(length)
+    fq = _combiner_common.AbstractionFeatures(cfg.abstraction, name="query_abstraction")(query)
+    fk = _combiner_common.AbstractionFeatures(cfg.abstraction, name="key_abstraction")(key)
     return _sorted_combiner(query, key, value, mask, fq, fk, assign,
-                            combiner_common.dropout_rng(self, cfg.dropout_rate, deterministic),
+                            _combiner_common.dropout_rng(self, cfg.dropout_rate, deterministic),
                             size=size, clusters=clusters,
-                            kind=combiner_common.pool_kind(cfg.abstraction),
+                            kind=_combiner_common.pool_kind(cfg.abstraction),
                             dropout_rate=cfg.dropout_rate)
 
 
@@ -102,19 +102,19 @@ def _sorted_combiner(query, key, value, mask, fq, fk, assign, rng, *, size, clus
   query, key, fq, fk: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V].
   """
   batch, length, heads = query.shape[:3]
-  assign = common.pad_axis(assign, size, axis=2, value=clusters)             # [B, H, Lp]
+  assign = _common.pad_axis(assign, size, axis=2, value=clusters)             # [B, H, Lp]
   order = jnp.argsort(assign, axis=-1, stable=True)                          # [B, H, Lp]
   padded = assign.shape[-1]
 
   def sort(x, fill=0):
     """[B, L, H, ...] -> sorted per head, folded: [G, N, S, 1, ...]."""
-    x = jnp.moveaxis(common.pad_axis(x, size, axis=1, value=fill), 2, 1)     # [B, H, Lp, ...]
+    x = jnp.moveaxis(_common.pad_axis(x, size, axis=1, value=fill), 2, 1)     # [B, H, Lp, ...]
     idx = order.reshape(order.shape + (1,) * (x.ndim - 3))
     x = jnp.take_along_axis(x, idx, axis=2)
     return x.reshape(batch * heads, padded // size, size, 1, *x.shape[3:])
 
   valid = sort(jnp.broadcast_to(mask[:, :, None], (batch, length, heads)), False)[:, :, :, 0]
-  out = combiner_common.block_combiner(
+  out = _combiner_common.block_combiner(
       sort(query), sort(key), sort(value), valid, sort(fq), sort(fk), rng, causal=False,
       num_summary=0, kind=kind, dropout_rate=dropout_rate)                   # [G, N, S, 1, V]
   out = out.reshape(batch, heads, padded, -1)

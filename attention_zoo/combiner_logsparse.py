@@ -26,14 +26,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import combiner_common, common
+from attention_zoo import _combiner_common, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
 @dataclasses.dataclass(frozen=True)
 class CombinerLogsparseConfig(AttentionConfig):
   """Attributes:
-    abstraction: span pooling, one of ``combiner_common.ABSTRACTIONS``.
+    abstraction: span pooling, one of ``_combiner_common.ABSTRACTIONS``.
   """
 
   abstraction: str = "max"
@@ -72,13 +72,13 @@ class CombinerLogsparseAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     return _logsparse(
         query, key, value, mask,
-        combiner_common.AbstractionFeatures(cfg.abstraction, name="query_abstraction")(query),
-        combiner_common.AbstractionFeatures(cfg.abstraction, name="key_abstraction")(key),
-        combiner_common.dropout_rng(self, cfg.dropout_rate, deterministic), causal=cfg.causal,
-        kind=combiner_common.pool_kind(cfg.abstraction), dropout_rate=cfg.dropout_rate)
+        _combiner_common.AbstractionFeatures(cfg.abstraction, name="query_abstraction")(query),
+        _combiner_common.AbstractionFeatures(cfg.abstraction, name="key_abstraction")(key),
+        _combiner_common.dropout_rng(self, cfg.dropout_rate, deterministic), causal=cfg.causal,
+        kind=_combiner_common.pool_kind(cfg.abstraction), dropout_rate=cfg.dropout_rate)
 
 
 @functools.partial(jax.jit, static_argnames=("causal", "kind", "dropout_rate"))
@@ -92,27 +92,27 @@ def _logsparse(query, key, value, mask, fq, fk, rng, *, causal, kind, dropout_ra
   for level, chunks in enumerate(counts):
     width = 1 << level
 
-    def chunked(x, fill=0):
-      x = common.pad_axis(x, width, axis=1, value=fill)
-      return x.reshape(batch, chunks, width, *x.shape[2:])        # [B, C, W, ...]
+    def chunked(x, fill=0):  # called in this iteration only: the loop's width and chunks are meant
+      x = _common.pad_axis(x, width, axis=1, value=fill)  # noqa: B023
+      return x.reshape(batch, chunks, width, *x.shape[2:])  # noqa: B023            [B, C, W, ...]
 
     member = chunked(mask, False)                                 # [B, C, W]
-    q_hat, _ = combiner_common.pool(chunked(fq), member, 2, kind)
-    k_hat, nonempty = combiner_common.pool(chunked(fk), member, 2, kind)
-    v_hats.append(combiner_common.span_values(
+    q_hat, _ = _combiner_common.pool(chunked(fq), member, 2, kind)
+    k_hat, nonempty = _combiner_common.pool(chunked(fk), member, 2, kind)
+    v_hats.append(_combiner_common.span_values(
         q_hat, chunked(key), chunked(value), member[:, :, None, :],
         "bchd,bcwhd->bchw", "bchw,bcwhv->bchv"))
     k_hats.append(k_hat)
     nonempties.append(nonempty)
 
   dtype = value.dtype
-  self_logits = common.dot_logits(query, key, "blhd,blhd->blh")[..., None]        # [B, L, H, 1]
+  self_logits = _common.dot_logits(query, key, "blhd,blhd->blh")[..., None]        # [B, L, H, 1]
   parts = [(self_logits, mask[:, :, None, None], lambda w: w * value)]  # self: one key
   if counts:
     k_span = jnp.take(jnp.concatenate(k_hats, 1), index, axis=1)                # [B, L, P, H, D]
     v_span = jnp.take(jnp.concatenate(v_hats, 1), index, axis=1)                # [B, L, P, H, V]
     span_ok = jnp.take(jnp.concatenate(nonempties, 1), index, axis=1) & valid    # [B, L, P]
-    parts.append((common.dot_logits(query, k_span, "blhd,blphd->blhp"), span_ok[:, :, None, :],
-                  common.contraction("blhp,blphv->blhv", v_span)))
-  drop = combiner_common.dropout_fn(dropout_rate, rng, len(parts))
-  return common.joint_masked_attention(parts, drop).astype(dtype)
+    parts.append((_common.dot_logits(query, k_span, "blhd,blphd->blhp"), span_ok[:, :, None, :],
+                  _common.contraction("blhp,blphv->blhv", v_span)))
+  drop = _combiner_common.dropout_fn(dropout_rate, rng, len(parts))
+  return _common.joint_masked_attention(parts, drop).astype(dtype)

@@ -9,8 +9,8 @@ ReLU features re-weighted by position, ``i = 1..L`` (1-based as upstream) and ``
     out_i = Σ_j (q′_i·k′_j) v_j / max(q′_i·Σ_j k′_j, eps),   eps = 1e-6
 
 so ``q′_i·k′_j = relu(q_i)·relu(k_j)·cos(π(i − j)/2M)``: a locality bias decaying with distance. The
-re-weighting is two feature blocks (:func:`attention_zoo.linear_attention.positional_blocks`) and the
-attention is :func:`attention_zoo.linear_attention.feature_attention` in linear order, over all real
+re-weighting is two feature blocks (:func:`attention_zoo._linear_attention.positional_blocks`) and the
+attention is :func:`attention_zoo._linear_attention.feature_attention` in linear order, over all real
 keys (bidirectional) or j ≤ i (causal, chunked prefix sums).
 
 Effective matrix: non-negative. Rows do NOT always sum to 1: when ``relu(q_i)`` shares no positive
@@ -40,7 +40,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common, linear_attention
+from attention_zoo import _common, _linear_attention
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -81,12 +81,12 @@ class CosformerAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length, heads, _ = query.shape
-    mask = common.default_mask(mask, batch, length)
-    dtype = common.accum_dtype(query, key)
+    mask = _common.default_mask(mask, batch, length)
+    dtype = _common.accum_dtype(query, key)
     weights = position_weights(length, dtype)                                # [L, P]
-    q_features, k_features = (linear_attention.positional_blocks(jax.nn.relu(x.astype(dtype)), weights)
+    q_features, k_features = (_linear_attention.positional_blocks(jax.nn.relu(x.astype(dtype)), weights)
                               for x in (query, key))                         # [B, L, H, 2D]
-    keep = linear_attention.key_dropout(cfg.dropout_rate, deterministic, (batch, length, heads), dtype)
-    out = linear_attention.feature_attention(q_features, k_features, value, mask, causal=cfg.causal,
+    keep = _linear_attention.key_dropout(cfg.dropout_rate, deterministic, (batch, length, heads), dtype)
+    out = _linear_attention.feature_attention(q_features, k_features, value, mask, causal=cfg.causal,
                                              chunk=cfg.causal_chunk, keep=keep, clamp=cfg.eps)
     return out.astype(value.dtype)

@@ -6,7 +6,7 @@ Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim (=
 
 ``out = ρ_q(Q) (ρ_k(K)ᵀ V)`` with ``ρ_q`` a softmax over the feature axis of each query and ``ρ_k`` a
 softmax over the length axis of the keys (masked: padded keys excluded), computed by
-:func:`attention_zoo.linear_attention.feature_attention` in linear order. The effective matrix
+:func:`attention_zoo._linear_attention.feature_attention` in linear order. The effective matrix
 ``P = ρ_q(Q) ρ_k(K)ᵀ`` is non-negative and its rows sum to 1 (rows of ρ_q and columns of ρ_k sum to 1,
 so ``Σ_j P_ij = Σ_d ρ_q(q_i)_d = 1``); the shared helper divides by that row sum, which is 1 up to
 rounding.
@@ -35,7 +35,7 @@ import dataclasses
 import flax.linen as nn
 import jax
 
-from attention_zoo import common, linear_attention
+from attention_zoo import _common, _linear_attention
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -60,10 +60,10 @@ class EfficientAttention(nn.Module):
           "efficient_attention has no causal form: the key softmax normalises each feature over all "
           "positions, so past outputs would depend on future keys")
     batch, length, heads, _ = query.shape
-    mask = common.default_mask(mask, batch, length)
-    q_features = jax.nn.softmax(query.astype(common.accum_dtype(query)), axis=-1)       # ρ_q
-    k_features = common.masked_softmax(key, mask[:, :, None, None], axis=1)            # ρ_k
-    keep = linear_attention.key_dropout(cfg.dropout_rate, deterministic, (batch, length, heads),
+    mask = _common.default_mask(mask, batch, length)
+    q_features = jax.nn.softmax(query.astype(_common.accum_dtype(query)), axis=-1)       # ρ_q
+    k_features = _common.masked_softmax(key, mask[:, :, None, None], axis=1)            # ρ_k
+    keep = _linear_attention.key_dropout(cfg.dropout_rate, deterministic, (batch, length, heads),
                                         q_features.dtype)
-    out = linear_attention.feature_attention(q_features, k_features, value, mask, keep=keep)
+    out = _linear_attention.feature_attention(q_features, k_features, value, mask, keep=keep)
     return out.astype(value.dtype)

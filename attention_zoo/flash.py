@@ -60,7 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.registry import AttentionConfig, register_attention
 from attention_zoo.vanilla import VanillaAttention, VanillaConfig
 
@@ -111,9 +111,9 @@ def pallas_attention(query, key, value, mask, causal: bool, interpret: bool) -> 
                               "pallas_interpret=True runs it in the interpreter")
   length, head_dim, value_dim = query.shape[1], query.shape[-1], value.shape[-1]
   block = min(128, _next_pow2(length))
-  query, key, value = (common.pad_axis(x, block, axis=1)
+  query, key, value = (_common.pad_axis(x, block, axis=1)
                        for x in common_width(query, key, value, _next_pow2(max(head_dim, value_dim))))
-  segments = common.pad_axis(mask, block, axis=1, value=False).astype(jnp.int32)     # [B, L']
+  segments = _common.pad_axis(mask, block, axis=1, value=False).astype(jnp.int32)     # [B, L']
   sizes = pallas_gpu.BlockSizes(block_q=block, block_k=block, block_q_dkv=block, block_kv_dkv=block,
                                 block_q_dq=block, block_kv_dq=block)
   out = pallas_gpu.mha(query, key, value, segments, sm_scale=1.0 / math.sqrt(head_dim),
@@ -140,7 +140,7 @@ class FlashAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     if cfg.dropout_rate > 0.0 and not deterministic:
       explicit = VanillaAttention(VanillaConfig(causal=cfg.causal, dropout_rate=cfg.dropout_rate))
       return explicit(query, key, value, mask, deterministic=False)

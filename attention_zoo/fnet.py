@@ -49,7 +49,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -72,7 +72,7 @@ def fourier_mix(values: jax.Array, mix_heads: bool) -> jax.Array:
   """``Re(fftn(values))`` over the length axis (1) and, with ``mix_heads``, the head axis (2) of
   values [B, L, H, V], computed in float32 or wider. Returns the wide real part."""
   axes = (1, 2) if mix_heads else (1,)
-  return jnp.fft.fftn(values.astype(common.accum_dtype(values)), axes=axes).real
+  return jnp.fft.fftn(values.astype(_common.accum_dtype(values)), axes=axes).real
 
 
 @register_attention("fnet", FNetConfig)
@@ -90,7 +90,7 @@ class FNetAttention(nn.Module):
     if cfg.causal:
       raise NotImplementedError("fnet mixes every position with a global Fourier transform (no causal form)")
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     values = jnp.where(mask[:, :, None, None], value, jnp.zeros((), value.dtype))
-    values = common.apply_dropout(values, cfg.dropout_rate, deterministic)
+    values = _common.apply_dropout(values, cfg.dropout_rate, deterministic)
     return fourier_mix(values, cfg.mix_heads).astype(value.dtype)

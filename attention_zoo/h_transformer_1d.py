@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -77,7 +77,7 @@ def level_stats(logits, allowed, values, dropout):
   """Unnormalised softmax statistics of ``logits`` [B, N, Q, H, K] over K: (max [B, N, Q, H], numerator
   [B, N, Q, H, V] with ``values`` [B, N, K, H, V], denominator [B, N, Q, H]); ``dropout`` drops weights
   in the numerator only."""
-  masked = jnp.where(allowed, logits, common.NEG_INF)
+  masked = jnp.where(allowed, logits, _common.NEG_INF)
   peak = jax.lax.stop_gradient(jnp.max(masked, axis=-1))
   weights = jnp.exp(masked - peak[..., None]) * allowed
   numerator = jnp.einsum("bnqhk,bnkhv->bnqhv", dropout(weights), values)
@@ -112,12 +112,12 @@ class HTransformer1DAttention(nn.Module):
       raise NotImplementedError("h_transformer_1d: coarse queries average future positions, so there is "
                                 "no causal form of this hierarchy")
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     size, levels = cfg.block_size, num_levels(length, cfg.block_size)
-    dtype, value_dtype = common.accum_dtype(query, key), value.dtype
-    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value.astype(dtype), mask,
+    dtype, value_dtype = _common.accum_dtype(query, key), value.dtype
+    query, key, value, mask = _blocks.pad_qkv_to_multiple(query, key, value.astype(dtype), mask,
                                                          size * 2 ** levels)
-    drop = common.dropout_callback(cfg.dropout_rate, deterministic) or (lambda w, _: w)
+    drop = _common.dropout_callback(cfg.dropout_rate, deterministic) or (lambda w, _: w)
     stats = level_zero(query, key, value, mask, size, lambda w: drop(w, 0))
     counts = mask.astype(dtype)                     # real tokens per group, coarsened level by level
     sums = [x.astype(dtype) * counts[:, :, None, None] for x in (query, key, value)]
@@ -132,22 +132,22 @@ class HTransformer1DAttention(nn.Module):
       merged = level_result if merged is None else merge(level_result, upsample(merged))
     if merged is not None:
       stats = merge(stats, upsample(merged))
-    return common.normalize(stats[1], stats[2])[:, :length].astype(value_dtype)
+    return _common.normalize(stats[1], stats[2])[:, :length].astype(value_dtype)
 
 
 def _flatten(stats):
   """[B, N, Q, H(, V)] statistics -> [B, N·Q, H(, V)]."""
-  return tuple(blocks.from_blocks(x) for x in stats)
+  return tuple(_blocks.from_blocks(x) for x in stats)
 
 
 def level_zero(query, key, value, mask, size, dropout):
   """Exact attention of each Nr-block to itself and its sibling: statistics [B, L, H(, V)]."""
   num_blocks = query.shape[1] // size
-  k_b, v_b, m_b = (blocks.to_blocks(x, size) for x in (key, value, mask))
+  k_b, v_b, m_b = (_blocks.to_blocks(x, size) for x in (key, value, mask))
   if num_blocks > 1:
     sib = sibling_index(num_blocks)
     k_b, v_b, m_b = (jnp.concatenate([x, x[:, sib]], axis=2) for x in (k_b, v_b, m_b))  # C = 2Nr keys
-  logits = common.dot_logits(blocks.to_blocks(query, size), k_b, "bnqhd,bnkhd->bnqhk")
+  logits = _common.dot_logits(_blocks.to_blocks(query, size), k_b, "bnqhd,bnkhd->bnqhk")
   return _flatten(level_stats(logits, m_b[:, :, None, None, :], v_b, dropout))
 
 
@@ -155,7 +155,7 @@ def sibling_level(query, key, value, counts, size, dropout):
   """Coarse attention of each block of Nr coarse tokens to its sibling block, a coarse key weighted by
   its count of real tokens: statistics [B, L', H(, V)] over the coarse queries."""
   sib = sibling_index(query.shape[1] // size)
-  k_b, v_b, c_b = (blocks.to_blocks(x, size)[:, sib] for x in (key, value, counts))
-  logits = common.dot_logits(blocks.to_blocks(query, size), k_b, "bnqhd,bnkhd->bnqhk")
+  k_b, v_b, c_b = (_blocks.to_blocks(x, size)[:, sib] for x in (key, value, counts))
+  logits = _common.dot_logits(_blocks.to_blocks(query, size), k_b, "bnqhd,bnkhd->bnqhk")
   logits = logits + jnp.log(jnp.where(c_b > 0, c_b, 1.0))[:, :, None, None, :]
   return _flatten(level_stats(logits, (c_b > 0)[:, :, None, None, :], v_b, dropout))

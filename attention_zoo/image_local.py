@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -137,18 +137,18 @@ class ImageLocalAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     queries, memory = block_tables(length, *geometry(cfg, length))                  # [N, Q], [N, M]
     # One extra slot at index L: zeros with a False mask, for positions outside the sequence.
-    extend = lambda x: common.pad_axis(x, length + 1, axis=1)
+    extend = lambda x: _common.pad_axis(x, length + 1, axis=1)
     query, key, value = extend(query), extend(key), extend(value)
-    mask = common.pad_axis(mask, length + 1, axis=1, value=False)
-    logits = common.dot_logits(query[:, queries], key[:, memory], "bnqhd,bnmhd->bhnqm")
+    mask = _common.pad_axis(mask, length + 1, axis=1, value=False)
+    logits = _common.dot_logits(query[:, queries], key[:, memory], "bnqhd,bnmhd->bhnqm")
     allowed = mask[:, memory][:, None, :, None, :]                                  # [B, 1, N, 1, M]
     if cfg.causal:
       allowed = allowed & (memory[:, None, :] <= queries[:, :, None])               # [N, Q, M]
-    out = common.masked_attention(logits, allowed, value[:, memory], "bhnqm,bnmhv->bhnqv",
-                                  common.dropout_callback(cfg.dropout_rate, deterministic))
+    out = _common.masked_attention(logits, allowed, value[:, memory], "bhnqm,bnmhv->bhnqv",
+                                  _common.dropout_callback(cfg.dropout_rate, deterministic))
     heads, value_dim = out.shape[1], out.shape[-1]                                   # out [B, H, N, Q, V]
     out = jnp.transpose(out, (0, 2, 3, 1, 4)).reshape(batch, -1, heads, value_dim)  # [B, N·Q, H, V]
     return out[:, _output_index(length, *geometry(cfg, length))]                     # [B, L, H, V]

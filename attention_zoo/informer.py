@@ -45,7 +45,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -90,10 +90,10 @@ def sparsity(query: jax.Array, key: jax.Array, mask: jax.Array, positions: jax.A
   batch, length, samples = positions.shape
   picked = jnp.take_along_axis(key, positions.reshape(batch, -1)[:, :, None, None], axis=1)
   picked = picked.reshape(batch, length, samples, *key.shape[2:])             # [B, L, U, H, D]
-  logits = common.dot_logits(query, picked, "blhd,bluhd->bhlu")               # [B, H, L, U]
+  logits = _common.dot_logits(query, picked, "blhd,bluhd->bhlu")               # [B, H, L, U]
   real = jnp.sum(mask, axis=1).astype(logits.dtype)[:, None, None]
   measure = jnp.max(logits, axis=-1) - jnp.sum(logits, axis=-1) / jnp.maximum(real, 1.0)
-  return jnp.where(mask[:, None, :], measure, common.NEG_INF)
+  return jnp.where(mask[:, None, :], measure, _common.NEG_INF)
 
 
 @register_attention("informer", InformerConfig)
@@ -105,7 +105,7 @@ class InformerAttention(nn.Module):
   def uniforms(self, shape: tuple[int, ...]) -> jax.Array:
     """u in [0, 1): from the ``"attention"`` stream, or the fixed per-layer draw."""
     cfg = self.config
-    rng = common.draw_key(self, cfg.redraw, cfg.seed)
+    rng = _common.draw_key(self, cfg.redraw, cfg.seed)
     return jax.random.uniform(rng, shape)
 
   @nn.compact
@@ -117,7 +117,7 @@ class InformerAttention(nn.Module):
       raise NotImplementedError("informer has no causal form: the top-u query selection ranks all "
                                 "queries, so future inputs decide which past queries are active")
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     count = top_count(length, cfg.factor)
     positions = sampled_keys(mask, self.uniforms((length, count)))             # [B, L, U]
     measure = jax.lax.stop_gradient(sparsity(query, key, mask, positions))
@@ -125,10 +125,10 @@ class InformerAttention(nn.Module):
     self.sow("intermediates", "sampled_keys", positions)
     self.sow("intermediates", "active_queries", active)
     picked = jnp.take_along_axis(jnp.swapaxes(query, 1, 2), active[..., None], axis=2)   # [B, H, T, D]
-    logits = common.dot_logits(picked, key, "bhtd,bkhd->bhtk")                 # [B, H, T, K]
-    drop = common.dropout_callback(cfg.dropout_rate, deterministic)
-    active_out = common.masked_attention(logits, mask[:, None, None, :], value, "bhtk,bkhv->bhtv", drop)
-    real = mask.astype(common.accum_dtype(value))
+    logits = _common.dot_logits(picked, key, "bhtd,bkhd->bhtk")                 # [B, H, T, K]
+    drop = _common.dropout_callback(cfg.dropout_rate, deterministic)
+    active_out = _common.masked_attention(logits, mask[:, None, None, :], value, "bhtk,bkhv->bhtv", drop)
+    real = mask.astype(_common.accum_dtype(value))
     lazy = jnp.einsum("bkhv,bk->bhv", value.astype(real.dtype), real)
     lazy = lazy / jnp.maximum(jnp.sum(real, axis=1), 1.0)[:, None, None]      # [B, H, V]
     out = jnp.broadcast_to(lazy[:, :, None, :], (*lazy.shape[:2], length, lazy.shape[-1]))

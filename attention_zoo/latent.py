@@ -72,7 +72,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -127,31 +127,31 @@ class LatentAttention(nn.Module):
       raise NotImplementedError(
           "ISAB packs the whole set into every inducing point: it has no causal form")
     batch, length, heads, dim = query.shape
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     latents = self.param("latents", nn.initializers.normal(cfg.latent_init_scale),
                          (heads, cfg.num_latents, dim), jnp.float32).astype(key.dtype)
     if cfg.mab_scaling:  # scaling the latents and the queries scales both attentions' logits
       latents, query = latents * heads ** -0.5, query * jnp.asarray(heads ** -0.5, query.dtype)
-    drop = common.dropout_callback(cfg.dropout_rate, deterministic)
+    drop = _common.dropout_callback(cfg.dropout_rate, deterministic)
     if cfg.causal:
       return causal_luna(latents, query, key, value, mask, drop, cfg.causal_chunk).astype(value.dtype)
     packed_keys, packed_values = pack(latents, key, value, mask, drop)
-    logits = common.dot_logits(query, packed_keys, "blhd,bhmd->bhlm")       # [B, H, L, M]
-    out = common.masked_attention(logits, True, packed_values, "bhlm,bhmv->bhlv", drop)
+    logits = _common.dot_logits(query, packed_keys, "blhd,bhmd->bhlm")       # [B, H, L, M]
+    out = _common.masked_attention(logits, True, packed_values, "bhlm,bhmv->bhlv", drop)
     return jnp.einsum("bhlv->blhv", out)
 
 
 def pack(latents: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array, drop=None):
   """P′_k = A K [B, H, M, D] and P′_v = A V [B, H, M, V] with A = softmax over real keys of
   P Kᵀ/√D; latents [H, M, D]. ``drop`` (dropout callback) applies to the value path only."""
-  logits = common.dot_logits(latents, key, "hmd,bkhd->bhmk")                # [B, H, M, K]
+  logits = _common.dot_logits(latents, key, "hmd,bkhd->bhmk")                # [B, H, M, K]
   allowed = mask[:, None, None, :]
   if drop is None and key.dtype == value.dtype:  # one softmax for both paths
-    both = common.masked_attention(logits, allowed, jnp.concatenate([key, value], -1),
+    both = _common.masked_attention(logits, allowed, jnp.concatenate([key, value], -1),
                                    "bhmk,bkhe->bhme")
     return both[..., :key.shape[-1]], both[..., key.shape[-1]:]
-  packed_keys = common.masked_attention(logits, allowed, key, "bhmk,bkhd->bhmd")
-  return packed_keys, common.masked_attention(logits, allowed, value, "bhmk,bkhv->bhmv", drop)
+  packed_keys = _common.masked_attention(logits, allowed, key, "bhmk,bkhd->bhmd")
+  return packed_keys, _common.masked_attention(logits, allowed, value, "bhmk,bkhv->bhmv", drop)
 
 
 def softplus_ln2(x: jax.Array) -> jax.Array:
@@ -167,7 +167,7 @@ def exclusive_chunk_cumsum(x: jax.Array) -> jax.Array:
 def prefix_scores(query: jax.Array, weights: jax.Array, key: jax.Array, chunk: int) -> jax.Array:
   """s[i, m] = Σ_{t ≤ i} w[t, m] (q_i · k_t): query, key [B, H, N, C, D], weights [B, H, N, C, M]
   (chunked). Inside a chunk the masked C×C products, across chunks the prefix states Σ w ⊗ k."""
-  intra = jnp.einsum("bhncd,bhnsd->bhncs", query, key) * common.causal_allowed(chunk, chunk)
+  intra = jnp.einsum("bhncd,bhnsd->bhncs", query, key) * _common.causal_allowed(chunk, chunk)
   state = exclusive_chunk_cumsum(jnp.einsum("bhnsm,bhnsd->bhnmd", weights, key))  # [B, H, N, M, D]
   return (jnp.einsum("bhncs,bhnsm->bhncm", intra, weights)
           + jnp.einsum("bhncd,bhnmd->bhncm", query, state))
@@ -176,7 +176,7 @@ def prefix_scores(query: jax.Array, weights: jax.Array, key: jax.Array, chunk: i
 def prefix_unpack(mixing: jax.Array, weights: jax.Array, value: jax.Array, chunk: int) -> jax.Array:
   """out[i] = Σ_m x[i, m] Σ_{t ≤ i} w[t, m] v_t: mixing x, weights [B, H, N, C, M], value
   [B, H, N, C, V] (chunked)."""
-  intra = jnp.einsum("bhncm,bhnsm->bhncs", mixing, weights) * common.causal_allowed(chunk, chunk)
+  intra = jnp.einsum("bhncm,bhnsm->bhncs", mixing, weights) * _common.causal_allowed(chunk, chunk)
   state = exclusive_chunk_cumsum(jnp.einsum("bhnsm,bhnsv->bhnmv", weights, value))  # [B, H, N, M, V]
   return (jnp.einsum("bhncs,bhnsv->bhncv", intra, value)
           + jnp.einsum("bhncm,bhnmv->bhncv", mixing, state))
@@ -189,15 +189,15 @@ def causal_luna(latents, query, key, value, mask, drop, chunk: int) -> jax.Array
   :func:`prefix_scores`, :func:`prefix_unpack`); ``drop`` drops the packing weights of the value path
   and the unpacking weights. latents [H, M, D]; query, key [B, L, H, D]; value [B, L, H, V] ->
   [B, L, H, V] (float32 or wider)."""
-  dtype = common.accum_dtype(query, key, value)
+  dtype = _common.accum_dtype(query, key, value)
   length, dim = query.shape[1], query.shape[-1]
   chunk = min(chunk, length)
-  weights = softplus_ln2(common.dot_logits(key, latents, "bkhd,hmd->bhkm")) * mask[:, None, :, None]
+  weights = softplus_ln2(_common.dot_logits(key, latents, "bkhd,hmd->bhkm")) * mask[:, None, :, None]
   total = jnp.cumsum(weights, axis=2)                                           # Z [B, H, L, M]
   inverse_total = 1.0 / jnp.where(total > 0, total, 1.0)
 
   def chunked(x):  # [B, H, L, ...] -> [B, H, N, C, ...]
-    x = common.pad_axis(x, chunk, axis=2)
+    x = _common.pad_axis(x, chunk, axis=2)
     return x.reshape(x.shape[0], x.shape[1], -1, chunk, *x.shape[3:])
 
   q, k, v = (chunked(jnp.einsum("blhd->bhld", x.astype(dtype))) for x in (query, key, value))
@@ -210,5 +210,5 @@ def causal_luna(latents, query, key, value, mask, drop, chunk: int) -> jax.Array
     out = prefix_unpack(chunked(mixing * inverse_total), value_weights, v, chunk)
     return out.reshape(*out.shape[:2], -1, out.shape[-1])[:, :, :length]
 
-  out = common.joint_masked_attention([(logits, True, contract)], drop)
+  out = _common.joint_masked_attention([(logits, True, contract)], drop)
   return jnp.einsum("bhlv->blhv", out)

@@ -8,7 +8,7 @@ Feature map ``φ(x) = elu(x) + 1`` (positive, deterministic), and::
     out_i = φ(q_i)ᵀ (Σ_j φ(k_j) v_jᵀ) / (φ(q_i)ᵀ Σ_j φ(k_j) + eps),   eps = 1e-6
 
 over all real keys (bidirectional) or j ≤ i (causal, chunked prefix sums), computed by
-:func:`attention_zoo.linear_attention.feature_attention` without the L×L matrix. The effective matrix
+:func:`attention_zoo._linear_attention.feature_attention` without the L×L matrix. The effective matrix
 ``P_ij = φ(q_i)·φ(k_j) / (Σ_j φ(q_i)·φ(k_j) + eps)`` is non-negative and its rows sum to 1 up to eps
 (relative error ≤ eps / (φ(q_i)·Σ_j φ(k_j)), about 1e-7 for unit-scale inputs).
 
@@ -34,7 +34,7 @@ import dataclasses
 import flax.linen as nn
 import jax
 
-from attention_zoo import common, linear_attention
+from attention_zoo import _common, _linear_attention
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -59,7 +59,7 @@ class LinearTransformerConfig(AttentionConfig):
 
 def elu_features(x: jax.Array) -> jax.Array:
   """``elu(x) + 1`` [B, L, H, D] in float32 or wider."""
-  return jax.nn.elu(x.astype(common.accum_dtype(x))) + 1.0
+  return jax.nn.elu(x.astype(_common.accum_dtype(x))) + 1.0
 
 
 @register_attention("linear_transformer", LinearTransformerConfig)
@@ -74,10 +74,10 @@ class LinearTransformerAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length, heads, _ = query.shape
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     q_features, k_features = elu_features(query), elu_features(key)
-    keep = linear_attention.key_dropout(cfg.dropout_rate, deterministic, (batch, length, heads),
+    keep = _linear_attention.key_dropout(cfg.dropout_rate, deterministic, (batch, length, heads),
                                         q_features.dtype)
-    out = linear_attention.feature_attention(q_features, k_features, value, mask, causal=cfg.causal,
+    out = _linear_attention.feature_attention(q_features, k_features, value, mask, causal=cfg.causal,
                                              chunk=cfg.causal_chunk, keep=keep, eps=cfg.eps)
     return out.astype(value.dtype)

@@ -26,11 +26,11 @@ Differences from LRA ``linformer/linformer_attention.py`` (and fairseq ``example
   n/4), and E, F can be separate (``share_kv=False``).
 - Attention dropout drops the unnormalised weights over the k projected keys with the normalizer kept
   (inverted, unbiased), equivalent in expectation to LRA's dropout of the probabilities.
-- Layout: the projected keys/values and the [L, k] attention run heads first ([B, H, ...]); the
-  [B, L, H, k] einsums put the batch axes B, H apart and XLA:CPU transposed the weights around every
-  product (measured at the xiong ListOps shape, B 32, L 2000, 2 heads of 32, k 256, one thread, fwd +
-  bwd with dropout: 4.2 s -> 2.2 s). Attention dropout draws its mask in the [B, L, H, k] layout as
-  before, so a seeded run keeps every dropout bit.
+- Layout: the projected keys/values and the [L, k] attention run heads first ([B, H, ...]); [B, L, H, k]
+  einsums put the batch axes B, H apart and XLA:CPU transposes the weights around every product
+  (measured at the xiong ListOps shape, B 32, L 2000, 2 heads of 32, k 256, one thread, fwd + bwd with
+  dropout: 4.2 s in that layout, 2.2 s heads first). Attention dropout draws its mask in the
+  [B, L, H, k] layout, so the dropout bits of a seeded run do not depend on the layout.
 - No causal form: ``causal=True`` raises ``NotImplementedError`` (the length projection mixes future
   positions into every projected key).
 """
@@ -44,7 +44,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -103,17 +103,17 @@ class LinformerAttention(nn.Module):
       raise NotImplementedError("linformer has no causal form: the length projection mixes future "
                                 "positions into every projected key and value")
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)[:, :, None, None]
+    mask = _common.default_mask(mask, batch, length)[:, :, None, None]
     key_proj = self._projection("E", length)
     value_proj = key_proj if cfg.share_kv else self._projection("F", length)
     # Heads first (see the module docstring: layout).
     key = jnp.einsum("blhd,lm->bhmd", jnp.where(mask, key, 0), key_proj.astype(key.dtype))
     value = jnp.einsum("blhv,lm->bhmv", jnp.where(mask, value, 0), value_proj.astype(value.dtype))
-    logits = common.dot_logits(jnp.swapaxes(query, 1, 2), key, "bhld,bhmd->bhlm")   # [B, H, L, M]
-    drop = common.dropout_callback(cfg.dropout_rate, deterministic)
-    if drop is not None:  # the mask drawn in the [B, L, H, M] layout, as before: same bits per weight
+    logits = _common.dot_logits(jnp.swapaxes(query, 1, 2), key, "bhld,bhmd->bhlm")   # [B, H, L, M]
+    drop = _common.dropout_callback(cfg.dropout_rate, deterministic)
+    if drop is not None:  # the mask drawn in the [B, L, H, M] layout (module docstring): same bits per weight
       drop = lambda weights, part, inner=drop: jnp.swapaxes(inner(jnp.swapaxes(weights, 1, 2), part), 1, 2)
-    out = common.masked_attention(logits, jnp.ones((), bool), value, "bhlm,bhmv->bhlv", drop)
+    out = _common.masked_attention(logits, jnp.ones((), bool), value, "bhlm,bhmv->bhlv", drop)
     return jnp.swapaxes(out, 1, 2)                                           # [B, L, H, V]
 
   def _projection(self, name: str, length: int) -> jax.Array:

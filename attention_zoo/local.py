@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 GROUPINGS = ("contiguous", "lra_strided")
@@ -92,14 +92,14 @@ def group_index(length: int, block_size: int, grouping: str) -> np.ndarray:
 def to_groups(x: jax.Array, block_size: int, grouping: str) -> jax.Array:
   """[B, L', ...] -> [B, N, S, ...] (L' already padded): contiguous blocks or LRA's strided groups."""
   if grouping == "contiguous":
-    return blocks.to_blocks(x, block_size)
+    return _blocks.to_blocks(x, block_size)
   strided = x.reshape(x.shape[0], block_size, x.shape[1] // block_size, *x.shape[2:])  # [B, S, N, ...]
   return jnp.swapaxes(strided, 1, 2)
 
 
 def from_groups(x: jax.Array, grouping: str) -> jax.Array:
   """Inverse of :func:`to_groups`: [B, N, S, ...] -> [B, L', ...]."""
-  return blocks.from_blocks(x if grouping == "contiguous" else jnp.swapaxes(x, 1, 2))
+  return _blocks.from_blocks(x if grouping == "contiguous" else jnp.swapaxes(x, 1, 2))
 
 
 @register_attention("local", LocalConfig)
@@ -114,16 +114,16 @@ class LocalAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     size = cfg.block_size
     extra = padded_length(length, size, cfg.grouping) - length
     query, key, value = (jnp.pad(x, [(0, 0), (0, extra), (0, 0), (0, 0)]) for x in (query, key, value))
     mask = jnp.pad(mask, [(0, 0), (0, extra)], constant_values=False)
     groups = lambda x: to_groups(x, size, cfg.grouping)
-    logits = common.dot_logits(groups(query), groups(key), "bnqhd,bnkhd->bnqhk")  # [B, N, Q, H, K]
+    logits = _common.dot_logits(groups(query), groups(key), "bnqhd,bnkhd->bnqhk")  # [B, N, Q, H, K]
     allowed = groups(mask)[:, :, None, None, :]                                   # [B, N, 1, 1, K]
     if cfg.causal:
-      allowed = allowed & common.causal_allowed(size, size)[:, None, :]          # [Q, 1, K]
-    out = common.masked_attention(logits, allowed, groups(value), "bnqhk,bnkhv->bnqhv",
-                                  common.dropout_callback(cfg.dropout_rate, deterministic))
+      allowed = allowed & _common.causal_allowed(size, size)[:, None, :]          # [Q, 1, K]
+    out = _common.masked_attention(logits, allowed, groups(value), "bnqhk,bnkhv->bnqhv",
+                                  _common.dropout_callback(cfg.dropout_rate, deterministic))
     return from_groups(out, cfg.grouping)[:, :length]

@@ -11,7 +11,7 @@ Short-term attention (NVIDIA transformer-ls ``sliding_chunks_matmul_qk_v2``): th
 the real positions, and the r projected keys/values are ``K̄ = Pᵀ K``, ``V̄ = Pᵀ V``. DualLN: the window
 keys are ``LN_l(K)`` and the projected keys ``LN_s(Pᵀ LN_l(K))``, two layer norms over all heads'
 channels (C) with their own scale and bias. Each query takes ONE softmax over [window keys ; r projected
-keys] (``common.joint_masked_attention``); rows are non-negative and sum to 1 (P is a softmax).
+keys] (``_common.joint_masked_attention``); rows are non-negative and sum to 1 (P is a softmax).
 
 Causal (segment-wise dynamic projection, as the paper's autoregressive model): the window keeps j ≤ i,
 and segment n's projected keys/values compress only the positions of segments < n,
@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -96,9 +96,9 @@ def prefix_projection(scores: jax.Array, keys: jax.Array, values: jax.Array, siz
   """Causal segment-wise projection: for each segment n, softmax over positions j < n·w of ``scores``
   [B, L, H, R] applied to ``keys`` [B, L, H, D] and ``values`` [B, L, H, V] (padded scores NEG_INF).
   Returns (K̄ [B, N, R, H, D], V̄ [B, N, R, H, V], any_real [B, N, H, R])."""
-  s, k, v = (blocks.to_blocks(x, size) for x in (scores, keys, values))       # [B, N, w, ...]
+  s, k, v = (_blocks.to_blocks(x, size) for x in (scores, keys, values))       # [B, N, w, ...]
   peak = jax.lax.stop_gradient(jnp.max(s, axis=2))                           # [B, N, H, R]
-  peak = jnp.where(peak > 0.5 * common.NEG_INF, peak, 0.0)
+  peak = jnp.where(peak > 0.5 * _common.NEG_INF, peak, 0.0)
   weights = jnp.exp(s - peak[:, :, None])                                    # [B, N, w, H, R]
   state = (peak, jnp.einsum("bnlhr,bnlhd->bnrhd", weights, k),
            jnp.einsum("bnlhr,bnlhv->bnrhv", weights, v), jnp.sum(weights, axis=2))
@@ -137,40 +137,41 @@ class LongShortAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length, heads, _ = query.shape
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     size = cfg.window_size
-    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
-    dtype = common.accum_dtype(query, key)
+    query, key, value, mask = _blocks.pad_qkv_to_multiple(query, key, value, mask, size)
+    dtype = _common.accum_dtype(query, key)
     scores = nn.Dense(heads * cfg.num_landmarks, name="dconv_fc")(key.reshape(*key.shape[:2], -1))
     scores = scores.reshape(*key.shape[:3], cfg.num_landmarks).astype(dtype)    # [B, L, H, R]
-    scores = jnp.where(mask[:, :, None, None], scores, common.NEG_INF)
+    scores = jnp.where(mask[:, :, None, None], scores, _common.NEG_INF)
     key_l = self.layer_norm(key, "dual_ln_l")
-    q_seg = blocks.to_blocks(query, size)                                        # [B, N, Q, H, D]
+    q_seg = _blocks.to_blocks(query, size)                                        # [B, N, Q, H, D]
     value_acc = value.astype(dtype)
     if cfg.causal:
       k_bar, v_bar, real = prefix_projection(scores, key_l.astype(dtype), value_acc, size)
       k_bar = self.layer_norm(k_bar.astype(key.dtype), "dual_ln_s")               # [B, N, R, H, D]
-      proj_logits = common.dot_logits(q_seg, k_bar, "bnqhd,bnrhd->bhnqr")
+      proj_logits = _common.dot_logits(q_seg, k_bar, "bnqhd,bnrhd->bhnqr")
       proj_allowed = jnp.einsum("bnhr->bhnr", real)[:, :, :, None, :]
-      proj_contract = common.contraction("bhnqr,bnrhv->bhnqv", v_bar.astype(value.dtype))
+      proj_contract = _common.contraction("bhnqr,bnrhv->bhnqv", v_bar.astype(value.dtype))
     else:
       probs = jax.nn.softmax(scores, axis=1) * mask[:, :, None, None]           # [B, L, H, R]
       k_bar = self.layer_norm(jnp.einsum("blhr,blhd->brhd", probs, key_l.astype(dtype)).astype(key.dtype),
                               "dual_ln_s")                                       # [B, R, H, D]
       v_bar = jnp.einsum("blhr,blhv->brhv", probs, value_acc)
-      proj_logits = common.dot_logits(q_seg, k_bar, "bnqhd,brhd->bhnqr")
+      proj_logits = _common.dot_logits(q_seg, k_bar, "bnqhd,brhd->bhnqr")
       proj_allowed = jnp.any(mask, axis=1)[:, None, None, None, None]
-      proj_contract = common.contraction("bhnqr,brhv->bhnqv", v_bar.astype(value.dtype))
+      proj_contract = _common.contraction("bhnqr,brhv->bhnqv", v_bar.astype(value.dtype))
 
     positions = window_positions(query.shape[1] // size, size)                  # [N, W]
-    win_logits = common.dot_logits(q_seg, gather_windows(key_l, positions), "bnqhd,bnwhd->bhnqw")
+    win_logits = _common.dot_logits(q_seg, gather_windows(key_l, positions), "bnqhd,bnwhd->bhnqw")
     win_allowed = gather_windows(mask, positions)[:, None, :, None, :]           # [B, 1, N, 1, W]
     if cfg.causal:
       q_pos = np.arange(query.shape[1]).reshape(-1, size)
       win_allowed = win_allowed & (positions[:, None, :] <= q_pos[:, :, None])
-    out = common.joint_masked_attention([
-        (win_logits, win_allowed, common.contraction("bhnqw,bnwhv->bhnqv", gather_windows(value, positions))),
+    out = _common.joint_masked_attention([
+        (win_logits, win_allowed,
+         _common.contraction("bhnqw,bnwhv->bhnqv", gather_windows(value, positions))),
         (proj_logits, proj_allowed, proj_contract),
-    ], common.dropout_callback(cfg.dropout_rate, deterministic))                 # [B, H, N, Q, V]
+    ], _common.dropout_callback(cfg.dropout_rate, deterministic))                 # [B, H, N, Q, V]
     out = jnp.transpose(out, (0, 2, 3, 1, 4)).astype(value.dtype)
-    return blocks.from_blocks(out)[:, :length]
+    return _blocks.from_blocks(out)[:, :length]

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -106,7 +106,7 @@ def neighbour_blocks(x: jax.Array, size: int, count: int = 3) -> jax.Array:
   ``count`` = 3), zeros outside the sequence."""
   num_blocks = x.shape[1] // size
   padded = jnp.pad(x, [(0, 0), (size, size)] + [(0, 0)] * (x.ndim - 2))
-  shifted = [blocks.to_blocks(padded[:, i * size:(i + num_blocks) * size], size) for i in range(count)]
+  shifted = [_blocks.to_blocks(padded[:, i * size:(i + num_blocks) * size], size) for i in range(count)]
   return jnp.concatenate(shifted, axis=2)
 
 
@@ -126,9 +126,9 @@ class LongformerAttention(nn.Module):
     if cfg.causal and cfg.num_global:
       raise NotImplementedError("longformer: global tokens attend to the whole sequence, so they cannot "
                                 "be causal; use num_global=0 with causal=True")
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     num_global = min(cfg.num_global, length)
-    drop = common.dropout_callback(cfg.dropout_rate, deterministic)
+    drop = _common.dropout_callback(cfg.dropout_rate, deterministic)
     out = self._window_rows(query, key, value, mask, num_global, drop)
     if num_global:
       out = out.at[:, :num_global].set(self._global_rows(query, key, value, mask, num_global, drop))
@@ -140,7 +140,7 @@ class LongformerAttention(nn.Module):
     length = query.shape[1]
     size = band_block_size(length, cfg.window, cfg.causal)
     left, right = window_sides(cfg.window)
-    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
+    query, key, value, mask = _blocks.pad_qkv_to_multiple(query, key, value, mask, size)
     num_blocks, count = query.shape[1] // size, 2 if cfg.causal else 3   # causal: no next block
     near = lambda x: neighbour_blocks(x, size, count)
     key_pos = (np.arange(num_blocks)[:, None] - 1) * size + np.arange(count * size)   # [N, K]
@@ -148,15 +148,15 @@ class LongformerAttention(nn.Module):
     band = (offset > -left) & (offset <= (0 if cfg.causal else right))
     allowed = (near(mask)[:, :, None, None, :]                                           # [B, N, 1, 1, K]
                & band[None, :, None, :] & (key_pos >= num_global)[:, None, None, :])   # [N, Q, 1, K]
-    q_blocks = blocks.to_blocks(query, size)                                             # [B, N, Q, H, D]
-    logits = common.dot_logits(q_blocks, near(key), "bnqhd,bnkhd->bnqhk")
-    parts = [(logits, allowed, common.contraction("bnqhk,bnkhv->bnqhv", near(value)))]
+    q_blocks = _blocks.to_blocks(query, size)                                             # [B, N, Q, H, D]
+    logits = _common.dot_logits(q_blocks, near(key), "bnqhd,bnkhd->bnqhk")
+    parts = [(logits, allowed, _common.contraction("bnqhk,bnkhv->bnqhv", near(value)))]
     if num_global:
-      g_logits = common.dot_logits(q_blocks, key[:, :num_global], "bnqhd,bghd->bnqhg")
+      g_logits = _common.dot_logits(q_blocks, key[:, :num_global], "bnqhd,bghd->bnqhg")
       parts.append((g_logits, mask[:, None, None, None, :num_global],
-                    common.contraction("bnqhg,bghv->bnqhv", value[:, :num_global])))
-    out = common.joint_masked_attention(parts, drop).astype(value.dtype)                # [B, N, Q, H, V]
-    return blocks.from_blocks(out)[:, :length]
+                    _common.contraction("bnqhg,bghv->bnqhv", value[:, :num_global])))
+    out = _common.joint_masked_attention(parts, drop).astype(value.dtype)                # [B, N, Q, H, V]
+    return _blocks.from_blocks(out)[:, :length]
 
   def _global_rows(self, query, key, value, mask, num_global, drop):
     """The G global queries attend to every key with the core's own projections. [B, G, H, V]."""
@@ -166,5 +166,5 @@ class LongformerAttention(nn.Module):
     w_key = self.param("global_key", identity, (heads, dim, dim)).astype(key.dtype)
     g_query = jnp.einsum("bghd,hde->bghe", query[:, :num_global], w_query)
     g_key = jnp.einsum("blhd,hde->blhe", key, w_key)
-    logits = common.dot_logits(g_query, g_key, "bghe,blhe->bghl")                       # [B, G, H, L]
-    return common.masked_attention(logits, mask[:, None, None, :], value, "bghl,blhv->bghv", drop)
+    logits = _common.dot_logits(g_query, g_key, "bghe,blhe->bghl")                       # [B, G, H, L]
+    return _common.masked_attention(logits, mask[:, None, None, :], value, "bghl,blhv->bghv", drop)

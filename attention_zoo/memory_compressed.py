@@ -59,7 +59,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -123,10 +123,10 @@ class MemoryCompressedAttention(nn.Module):
     cfg = self.config
     batch, length, heads, dim = query.shape
     stride = cfg.compression
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     real = mask[:, :, None, None]
     key, value = (jnp.where(real, x, jnp.zeros((), x.dtype)) for x in (key, value))
-    key, value, mask = (common.pad_axis(x, stride, axis=1) for x in (key, value, mask))
+    key, value, mask = (_common.pad_axis(x, stride, axis=1) for x in (key, value, mask))
     slots = mask.shape[1] // stride
     value_filter = self.param("value_filter", nn.initializers.constant(1.0 / stride), (heads, stride),
                               jnp.float32)
@@ -137,7 +137,7 @@ class MemoryCompressedAttention(nn.Module):
     if cfg.causal:
       window_end = jnp.arange(slots) * stride + stride - 1
       allowed = allowed & (window_end[None, :] <= jnp.arange(length)[:, None])[None, None]
-    logits = common.dot_logits(query, memory_keys, "blhd,bchd->bhlc")                       # [B, H, L, C]
-    drop = common.dropout_callback(cfg.dropout_rate, deterministic)
-    out = common.masked_attention(logits, allowed, memory_values, "bhlc,bchv->bhlv", drop)
+    logits = _common.dot_logits(query, memory_keys, "blhd,bchd->bhlc")                       # [B, H, L, C]
+    drop = _common.dropout_callback(cfg.dropout_rate, deterministic)
+    out = _common.masked_attention(logits, allowed, memory_values, "bhlc,bchv->bhlv", drop)
     return jnp.einsum("bhlv->blhv", out)

@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -141,23 +141,23 @@ def nystrom_attention(query: jax.Array, key: jax.Array, value: jax.Array, mask: 
                       dropout=None) -> jax.Array:
   """The Nyström path (no convolution) for any L: q, k [B, L, H, D], v [B, L, H, V], mask bool [B, L]
   -> [B, L, H, V] in float32 or wider. ``dropout`` is a ``joint_masked_attention`` callback."""
-  dtype = common.accum_dtype(query, key)
+  dtype = _common.accum_dtype(query, key)
   length = query.shape[1]
   segment = -(-length // num_landmarks)
   q, k = (x.astype(dtype) * x.shape[-1] ** -0.25 for x in (query, key))
-  pq, pk, pmask = (common.pad_axis(x, segment, axis=1, value=pad) for x, pad in
+  pq, pk, pmask = (_common.pad_axis(x, segment, axis=1, value=pad) for x, pad in
                    ((q, 0), (k, 0), (mask, False)))
   q_land, valid = segment_means(pq, pmask, segment)                         # [B, N, H, D], [B, N]
   k_land, _ = segment_means(pk, pmask, segment)
   land = valid[:, None, None, :]                                            # [B, 1, 1, N]
-  core = common.masked_softmax(jnp.einsum("bmhd,bnhd->bhmn", q_land, k_land), land)
+  core = _common.masked_softmax(jnp.einsum("bmhd,bnhd->bhmn", q_land, k_land), land)
   core = core * valid[:, None, :, None]                                     # empty rows -> 0
   inverse = iterative_pinv(core, pinv_iterations, pinv_init)                # [B, H, N, M]
-  landmark_values = common.masked_attention(                                # [B, H, M, V]
+  landmark_values = _common.masked_attention(                                # [B, H, M, V]
       jnp.einsum("bmhd,blhd->bhml", q_land, k), mask[:, None, None, :], value.astype(dtype),
       "bhml,blhv->bhmv", dropout)
   mixed = jnp.einsum("bhnm,bhmv->bhnv", inverse, landmark_values)
-  out = common.masked_attention(jnp.einsum("blhd,bnhd->bhln", q, k_land), land, mixed,
+  out = _common.masked_attention(jnp.einsum("blhd,bnhd->bhln", q, k_land), land, mixed,
                                 "bhln,bhnv->bhlv")
   return jnp.swapaxes(out, 1, 2)                                            # [B, L, H, V]
 
@@ -210,11 +210,11 @@ class NystromformerAttention(nn.Module):
       raise NotImplementedError("nystromformer has no causal form: every landmark (a segment mean) "
                                 "mixes in future positions")
     batch, length, heads, _ = query.shape
-    mask = common.default_mask(mask, batch, length)
-    drop = common.dropout_callback(cfg.dropout_rate, deterministic)
+    mask = _common.default_mask(mask, batch, length)
+    drop = _common.dropout_callback(cfg.dropout_rate, deterministic)
     if length <= cfg.num_landmarks:
-      logits = common.dot_logits(query, key, "bqhd,bkhd->bhqk")             # exact path, [B, H, L, L]
-      out = jnp.swapaxes(common.masked_attention(
+      logits = _common.dot_logits(query, key, "bqhd,bkhd->bhqk")             # exact path, [B, H, L, L]
+      out = jnp.swapaxes(_common.masked_attention(
           logits, mask[:, None, None, :], jnp.swapaxes(value, 1, 2), "bhqk,bhkv->bhqv", drop), 1, 2)
     else:
       out = nystrom_attention(query, key, value, mask, cfg.num_landmarks,

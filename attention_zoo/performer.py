@@ -4,7 +4,7 @@ Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``D`` query/key head dim, `
 ``M`` features.
 
 Attention is ``out_i = Σ_j φ(q_i)·φ(k_j) v_j / Σ_j φ(q_i)·φ(k_j)`` and is computed without the L×L
-matrix by :func:`attention_zoo.linear_attention.feature_attention`: ``φ(Q) (φ(K)ᵀ V)``
+matrix by :func:`attention_zoo._linear_attention.feature_attention`: ``φ(Q) (φ(K)ᵀ V)``
 (bidirectional) or chunked prefix sums (causal). Two kernels:
 
 - ``kernel="softmax"`` — FAVOR+ positive orthogonal random features estimating ``exp(q·k/√D)``:
@@ -34,14 +34,14 @@ Differences from the reference code (google-research ``fast_attention.py`` / the
   by 1, instead of upstream's ``R + 2δ·1[|R| ≤ δ]``.
 - **Causal stabilizer**: a max over all keys would let future keys change past outputs, so causal keys
   are normalised by their own max r_j (``φ(k_j) = M^{-1/2}(exp(z_j − r_j) + ε)``) and
-  :func:`attention_zoo.linear_attention.feature_attention` multiplies them by ``exp(r_j − s_i)`` with
+  :func:`attention_zoo._linear_attention.feature_attention` multiplies them by ``exp(r_j − s_i)`` with
   ``s_i`` the running max of r over real keys j ≤ i, rescaling the running prefix state (and the query
   side) when the max grows. Key j's feature as seen from query i is thus
   ``M^{-1/2}(exp(z_j − s_i) + ε·exp(r_j − s_i))``: ε is relative to the key's own largest feature
-  (bidirectional: to the largest over all keys), an O(ε) difference in the ratio. (An earlier version
-  used the data-independent bound ``max_m |w_m|²/2`` ≈ 50 at D = 64, M = 256; ``exp(z − bound)`` ≈
-  1e-21 was swamped by ε = 1e-6 and the causal output was the running mean of v.) Upstream's causal
-  FAVOR+ subtracted a max over all positions (not strictly causal).
+  (bidirectional: to the largest over all keys), an O(ε) difference in the ratio. (A data-independent
+  bound ``max_m |w_m|²/2`` ≈ 50 at D = 64, M = 256 would not do: ``exp(z − bound)`` ≈ 1e-21 is swamped
+  by ε = 1e-6 and the causal output becomes the running mean of v.) Upstream's causal FAVOR+ subtracted
+  a max over all positions (not strictly causal).
 - **Redraw** (``redraw``): ``"every_call"`` (upstream default) draws ``W`` from the flax ``"attention"``
   RNG stream on every call; when that stream is absent (e.g. evaluation without it) it falls back to the
   fixed matrix. ``"fixed"`` draws ``W`` once from ``key(seed)`` folded with a hash of the module path:
@@ -51,17 +51,17 @@ Differences from the reference code (google-research ``fast_attention.py`` / the
   released code is handed a matrix drawn outside); a per-call redraw costs an in-graph
   orthogonalisation on every call, which is why benchmarks against a fixed-matrix FAVOR+ use
   ``redraw="fixed"`` and why the default still redraws (the method's training recipe).
-- **Layout**: attention runs on [B, H, L, ...] (q, k, v transposed once, D wide), not on the released
-  code's [L, B, H, ...] / our former [B, L, H, ...] einsums, which transpose the M-wide features around
-  the products over L (fewer bytes moved: ``scripts/compare_kernels.py`` times both, ``--causal`` the
-  causal form). Without a ``mask`` no masking work is done at all.
+- **Layout**: attention runs on [B, H, L, ...] (q, k, v transposed once, D wide), not on [L, B, H, ...]
+  (the released code) or [B, L, H, ...] einsums, which transpose the M-wide features around the products
+  over L (fewer bytes moved: ``scripts/compare_kernels.py`` times both, ``--causal`` the causal form).
+  Without a ``mask`` no masking work is done at all.
 - **Dropout** (upstream had none): there is no probability matrix, so ``dropout_rate`` drops whole keys
   from the numerator only (each (batch, key, head) kept with prob ``1−p`` and scaled by ``1/(1−p)``;
   the denominator keeps every key). In the effective matrix this is exactly attention dropout whose
   mask is shared by all queries: ``P_drop[i, j] = P[i, j]·keep_j/(1−p)``, unbiased like ``nn.Dropout``.
 - **Causal** uses chunked prefix sums instead of a per-position ``lax.scan``: quadratic inside chunks of
   ``causal_chunk`` positions, and an exclusive (rescaled) prefix scan of per-chunk ``φ(K)ᵀV`` states
-  [B, N, H, M, V] across chunks (memory L/C·M·V, not L·M·V); see ``attention_zoo/linear_attention.py``.
+  [B, N, H, M, V] across chunks (memory L/C·M·V, not L·M·V); see ``attention_zoo/_linear_attention.py``.
 
 The projection is sown to ``intermediates/projection`` (apply with ``mutable=["intermediates"]``).
 """
@@ -76,7 +76,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common, linear_attention
+from attention_zoo import _common, _linear_attention
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -171,7 +171,7 @@ def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
 
   - default: one max over (real keys, features) per batch and head (bidirectional attention);
   - ``key_log_scale=True``: each key's own max r_j over features; returns ``(features, r)`` with r
-    [B, L, H] (no gradient), for :func:`linear_attention.feature_attention`'s ``k_log_scale``, which
+    [B, L, H] (no gradient), for :func:`_linear_attention.feature_attention`'s ``k_log_scale``, which
     restores ``exp(z − s_i)`` with a causal running max s_i (what the causal Performer uses);
   - ``causal=True`` (kept for compatibility): the data-independent bound ``max_m |w_m|²/2``. It is
     strictly causal but far too large: ``exp(z − bound)`` is ~1e-21 at D = 64, M = 256, drowned by ε
@@ -179,7 +179,7 @@ def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
 
   ``heads_first``: ``x`` and the features are [B, H, L, ...] (maxima and mask over the L axis 2).
   """
-  dtype = common.accum_dtype(x, projection)
+  dtype = _common.accum_dtype(x, projection)
   x = x.astype(dtype) * x.shape[-1] ** -0.25
   z = jnp.einsum("...d,md->...m", x, projection.astype(dtype))
   z = z - 0.5 * jnp.sum(x * x, axis=-1, keepdims=True)
@@ -196,8 +196,8 @@ def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
   elif real is None:
     peak = jax.lax.stop_gradient(jnp.max(z, axis=over_keys, keepdims=True))  # [B, 1, H, 1]
   else:
-    peak = jnp.max(jnp.where(real, z, common.NEG_INF), axis=over_keys, keepdims=True)
-    peak = jax.lax.stop_gradient(jnp.where(peak > 0.5 * common.NEG_INF, peak, 0.0))
+    peak = jnp.max(jnp.where(real, z, _common.NEG_INF), axis=over_keys, keepdims=True)
+    peak = jax.lax.stop_gradient(jnp.where(peak > 0.5 * _common.NEG_INF, peak, 0.0))
   if real is None:
     features = scale * (jnp.exp(z - peak) + stabilizer)
   else:
@@ -210,7 +210,7 @@ def relu_features(x: jax.Array, *, epsilon: float = 1e-3, mask: jax.Array | None
                   heads_first: bool = False) -> jax.Array:
   """Generalized ReLU features ``relu(x) + ε`` [B, L, H, D] (float32 or wider; [B, H, L, D] when
   ``heads_first``); zero on padded keys."""
-  features = jax.nn.relu(x.astype(common.accum_dtype(x))) + epsilon
+  features = jax.nn.relu(x.astype(_common.accum_dtype(x))) + epsilon
   return features if mask is None else features * _key_mask(mask, heads_first)
 
 
@@ -230,7 +230,7 @@ def module_projection(module: nn.Module, cfg, dim: int, dtype) -> jax.Array:
   L = 1024, D = 64, M = 256 on a 2-core CPU). A per-call redraw (``"every_call"``) stays in the graph.
   """
   with jax.ensure_compile_time_eval():
-    key = common.draw_key(module, cfg.redraw, cfg.seed)
+    key = _common.draw_key(module, cfg.redraw, cfg.seed)
     if isinstance(key, jax.core.Tracer):
       return draw_projection(key, cfg.nb_features, dim, orthogonal=cfg.orthogonal,
                              feature_norms=cfg.feature_norms, dtype=dtype)
@@ -273,7 +273,7 @@ class PerformerAttention(nn.Module):
     query, key, value = (jnp.swapaxes(x, 1, 2) for x in (query, key, value))
     log_scale = None
     if cfg.kernel == "softmax":
-      projection = self.projection(dim, common.accum_dtype(query, key))
+      projection = self.projection(dim, _common.accum_dtype(query, key))
       self.sow("intermediates", "projection", projection)
       q_features = softmax_features(query, projection, is_query=True, stabilizer=cfg.numerical_stabilizer)
       k_features = softmax_features(key, projection, is_query=False, mask=mask, heads_first=True,
@@ -283,10 +283,10 @@ class PerformerAttention(nn.Module):
     else:
       q_features = relu_features(query, epsilon=cfg.kernel_epsilon)
       k_features = relu_features(key, epsilon=cfg.kernel_epsilon, mask=mask, heads_first=True)
-    keep = linear_attention.key_dropout(cfg.dropout_rate, deterministic, k_features.shape[:3],
+    keep = _linear_attention.key_dropout(cfg.dropout_rate, deterministic, k_features.shape[:3],
                                         q_features.dtype)
     # mask None (no padding) stays None: no masking work at all.
-    out = linear_attention.feature_attention(q_features, k_features, value, mask, causal=cfg.causal,
+    out = _linear_attention.feature_attention(q_features, k_features, value, mask, causal=cfg.causal,
                                              chunk=cfg.causal_chunk, keep=keep, k_log_scale=log_scale,
                                              heads_first=True)
     out = jnp.swapaxes(out, 1, 2)

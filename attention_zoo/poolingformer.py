@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 from attention_zoo.sparse_fixed import neighbour_blocks
 
@@ -151,26 +151,26 @@ class PoolingformerAttention(nn.Module):
       raise NotImplementedError("poolingformer is an encoder attention: its pooled slots mix past and "
                                 "future positions, and the paper defines no causal form")
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     half, pooled_half = half_windows(cfg, length)
-    drop = common.dropout_callback(cfg.dropout_rate, deterministic)
-    padded = blocks.pad_qkv_to_multiple(query, key, value, mask, half)
-    q_blocks = blocks.to_blocks(padded[0], half)                                  # [B, N, Q, H, D]
+    drop = _common.dropout_callback(cfg.dropout_rate, deterministic)
+    padded = _blocks.pad_qkv_to_multiple(query, key, value, mask, half)
+    q_blocks = _blocks.to_blocks(padded[0], half)                                  # [B, N, Q, H, D]
     first = self._first_level(q_blocks, *padded[1:], half, drop)                   # [B, H, N, Q, V]
     second_query = q_blocks
     if cfg.second_query == "first_level":
       second_query = self._first_level_query(first, query.shape[-1])
     second = self._second_level(second_query, query, key, value, mask, half, pooled_half, drop)
     out = jnp.transpose(first + second, (0, 2, 3, 1, 4)).astype(value.dtype)      # [B, N, Q, H, V]
-    return blocks.from_blocks(out)[:, :length]
+    return _blocks.from_blocks(out)[:, :length]
 
   def _first_level(self, q_blocks, key, value, mask, half, drop):
     """Sliding window |i − j| ≤ w1/2 over blocks n−1, n, n+1 -> [B, H, N, Q, V]."""
-    window = lambda x: neighbour_blocks(blocks.to_blocks(x, half))               # [B, N, 3Q, ...]
+    window = lambda x: neighbour_blocks(_blocks.to_blocks(x, half))               # [B, N, 3Q, ...]
     offset = np.arange(half)[:, None] + half - np.arange(3 * half)[None, :]        # [Q, K]: i − j
     allowed = window(mask)[:, None, :, None, :] & (np.abs(offset) <= half)       # [B, 1, N, Q, K]
-    logits = common.dot_logits(q_blocks, window(key), "bnqhd,bnkhd->bhnqk")
-    return common.masked_attention(logits, allowed, window(value), "bhnqk,bnkhv->bhnqv", drop)
+    logits = _common.dot_logits(q_blocks, window(key), "bnqhd,bnkhd->bhnqk")
+    return _common.masked_attention(logits, allowed, window(value), "bhnqk,bnkhv->bhnqv", drop)
 
   def _first_level_query(self, first, head_dim):
     """The paper's second-level query: a learned per-head map of y [B, H, N, Q, V] -> [B, N, Q, H, D]."""
@@ -184,15 +184,15 @@ class PoolingformerAttention(nn.Module):
     cfg = self.config
     length = query.shape[1]
     taps, slots, starts = slot_tables(length, half, pooled_half, cfg.kernel, cfg.stride)
-    extend = lambda x: common.pad_axis(x, length + 1, axis=1)        # slot L: outside the sequence
-    ext_mask = common.pad_axis(mask, length + 1, axis=1, value=False)
+    extend = lambda x: _common.pad_axis(x, length + 1, axis=1)        # slot L: outside the sequence
+    ext_mask = _common.pad_axis(mask, length + 1, axis=1, value=False)
     pooled_k, real = pool(extend(key), ext_mask, taps, cfg.pooling)                # [B, P, H, D]
     pooled_v, _ = pool(extend(value), ext_mask, taps, cfg.pooling)
     # One extra masked slot at index P for the unused table entries.
-    gather = lambda x: common.pad_axis(x, x.shape[1] + 1, axis=1)[:, slots]        # [B, N, S, ...]
+    gather = lambda x: _common.pad_axis(x, x.shape[1] + 1, axis=1)[:, slots]        # [B, N, S, ...]
     positions = np.arange(q_blocks.shape[1] * half).reshape(-1, half)              # [N, Q]
     inside = ((starts[:, None, :] >= positions[:, :, None] - pooled_half)
               & (starts[:, None, :] + cfg.kernel - 1 <= positions[:, :, None] + pooled_half))
     allowed = gather(real)[:, None, :, None, :] & inside                           # [B, 1, N, Q, S]
-    logits = common.dot_logits(q_blocks, gather(pooled_k), "bnqhd,bnshd->bhnqs")
-    return common.masked_attention(logits, allowed, gather(pooled_v), "bhnqs,bnshv->bhnqv", drop)
+    logits = _common.dot_logits(q_blocks, gather(pooled_k), "bnqhd,bnshd->bhnqs")
+    return _common.masked_attention(logits, allowed, gather(pooled_v), "bhnqs,bnshv->bhnqv", drop)

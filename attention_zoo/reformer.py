@@ -18,7 +18,7 @@ Shared QK: the core attends with the *query* as both query and key; the ``key`` 
    Padded keys get exactly zero weight; ``causal`` masks keys at a later original position.
 4. Rounds are combined with weights ``softmax_r(logsumexp_r)``. This is exactly ONE softmax over the
    concatenation of the query's R windows, which is how it is computed here
-   (``common.joint_masked_attention`` on the windows gathered back into query order).
+   (``_common.joint_masked_attention`` on the windows gathered back into query order).
 
 Sizes: the chunk length ``C = chunk_len`` (64) is fixed, and ``n_buckets`` defaults to the even number
 ≈ P / C, so a bucket holds about one chunk and the cost grows like L log L.
@@ -64,7 +64,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 # Logit of a position attending to itself (trax's ``self_mask_value``): it only gets weight when no
@@ -156,7 +156,7 @@ class ReformerAttention(nn.Module):
 
   def rotations(self, heads: int, dim: int, n_buckets: int) -> jax.Array:
     cfg = self.config
-    key = common.draw_key(self, cfg.redraw, cfg.seed)
+    key = _common.draw_key(self, cfg.redraw, cfg.seed)
     return draw_rotations(key, heads, dim, cfg.n_hashes, n_buckets)
 
   @nn.compact
@@ -171,15 +171,15 @@ class ReformerAttention(nn.Module):
           "reformer has no strictly causal form: later tokens' hashes move earlier tokens between "
           "chunks, so past outputs depend on the future (set trax_causal=True for trax's form anyway)")
     batch, length, heads, dim = query.shape
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     n_buckets, chunk, padded = lsh_sizes(length, cfg.n_buckets, cfg.chunk_len)
     rotations = self.rotations(heads, dim, n_buckets)
     self.sow("intermediates", "rotations", rotations)
-    query, value = common.pad_axis(query, chunk), common.pad_axis(value, chunk)
-    mask = common.pad_axis(mask, chunk, value=False)
+    query, value = _common.pad_axis(query, chunk), _common.pad_axis(value, chunk)
+    mask = _common.pad_axis(mask, chunk, value=False)
     order = sort_order(hash_buckets(jax.lax.stop_gradient(query), rotations, mask))  # [B, H, R, P]
     out = _lsh_attend(query, value, mask, order, chunk, cfg,
-                      common.dropout_callback(cfg.dropout_rate, deterministic))
+                      _common.dropout_callback(cfg.dropout_rate, deterministic))
     return out[:, :length].astype(value.dtype)
 
 
@@ -187,7 +187,7 @@ def _keys(query: jax.Array, normalize: bool) -> jax.Array:
   """Shared-QK keys: ``q / rms(q)`` (trax ``length_normalized``, eps 1e-6) or ``q`` itself."""
   if not normalize:
     return query
-  acc = query.astype(common.accum_dtype(query))
+  acc = query.astype(_common.accum_dtype(query))
   return (acc * jax.lax.rsqrt(jnp.mean(acc * acc, -1, keepdims=True) + 1e-6)).astype(query.dtype)
 
 
@@ -211,7 +211,7 @@ def _lsh_attend(query, value, mask, order, chunk, cfg, dropout):
   kvalid = jnp.take_along_axis(jnp.broadcast_to(mask[:, None], (batch, heads, padded)),
                                kpos.reshape(batch, heads, -1), axis=2).reshape(kpos.shape)
 
-  logits = common.dot_logits(sq, sk, "bhmcd,bhmkd->bhmck")                  # [B, H, M, C, K]
+  logits = _common.dot_logits(sq, sk, "bhmcd,bhmkd->bhmck")                  # [B, H, M, C, K]
   if cfg.lra_sqrt_d_quirk:
     logits = logits * query.shape[-1]                                        # q·k·√D
   same = qpos[..., :, None] == kpos[..., None, :]
@@ -231,12 +231,12 @@ def _lsh_attend(query, value, mask, order, chunk, cfg, dropout):
     """Weights [B, H, P, R*K] in query order -> [B, H, P, V]."""
     w = jnp.moveaxis(weights.reshape(batch, heads, padded, rounds, -1), 3, 2)   # [B, H, R, P, K]
     w = jnp.take_along_axis(w, order[..., None], axis=3).reshape(logits.shape)  # sorted
-    out = common.contraction("bhmck,bhmkv->bhmcv", sv)(w)
+    out = _common.contraction("bhmck,bhmkv->bhmcv", sv)(w)
     out = jnp.take_along_axis(out.reshape(batch, heads, rounds, padded, -1), undo[..., None], axis=3)
     return jnp.sum(out, axis=2)
 
   allowed = jnp.broadcast_to(allowed, logits.shape)
-  out = common.joint_masked_attention([(to_queries(logits), to_queries(allowed), contract)], dropout)
+  out = _common.joint_masked_attention([(to_queries(logits), to_queries(allowed), contract)], dropout)
   return jnp.moveaxis(out, 1, 2)                                             # [B, P, H, V]
 
 

@@ -119,7 +119,7 @@ def register_attention(name: str, config_cls: type[AttentionConfig]) -> Callable
   if not config_cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
     raise TypeError(f"config_cls for {name!r} must be a frozen dataclass")
   # The caller's module, not the class's: a plugin may register a built-in class under a new name.
-  caller = sys._getframe(1).f_globals  # pylint: disable=protected-access
+  caller = sys._getframe(1).f_globals  # noqa: SLF001 - the documented way to read the caller's frame
 
   def decorator(core: CoreT) -> CoreT:
     module_cls = _as_linen(name, core)
@@ -170,7 +170,7 @@ def _as_linen(name: str, core: Any) -> type[nn.Module]:
 
 
 def _is_nnx_module(cls: type) -> bool:
-  from flax import nnx  # pylint: disable=import-outside-toplevel - only plugins written in NNX need it
+  from flax import nnx  # only plugins written in NNX need it
 
   return issubclass(cls, nnx.Module)
 
@@ -196,10 +196,10 @@ def _nnx_core(cls: type) -> type[nn.Module]:
 
     @nn.compact
     def __call__(self, query, key, value, mask=None, deterministic=True):
-      import functools  # pylint: disable=import-outside-toplevel
+      import functools
 
-      import jax  # pylint: disable=import-outside-toplevel
-      from flax import nnx  # pylint: disable=import-outside-toplevel
+      import jax
+      from flax import nnx
 
       streams = {name: self.make_rng(name) for name in self.scope.rngs}
       if not deterministic and self.config.dropout_rate > 0 and "dropout" not in streams:
@@ -230,7 +230,7 @@ def _function_core(name: str, fn: Callable[..., Any]) -> type[nn.Module]:
 
     @nn.compact
     def __call__(self, query, key, value, mask=None, deterministic=True):
-      import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+      import jax.numpy as jnp
 
       c = self.config
       if c.causal and "config" not in takes:
@@ -363,7 +363,7 @@ def _import_plugin(spec: str) -> None:
   except PluginError as err:
     _restore(before)
     raise PluginError(f"plugin {module!r}: {err}") from None
-  except Exception as err:  # pylint: disable=broad-except - any failure of user code is reported alike
+  except Exception as err:  # noqa: BLE001 - any failure of user code is reported alike
     _restore(before)
     detail = " ".join(str(err).split())
     if isinstance(err, ModuleNotFoundError) and err.name and f"{module}.".startswith(f"{err.name}."):
@@ -411,7 +411,7 @@ def load_plugins(modules: Iterable[str] | None = None) -> list[str]:
   ``--plugin my_attention`` finds ``./my_attention.py`` also from the ``lra-bench`` script.
   Raises :class:`PluginError` (one line naming the module) on an import failure or a name clash.
   """
-  import attention_zoo  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import - built-ins first
+  import attention_zoo  # noqa: F401 - built-ins first
 
   modules = [m.strip() for m in (modules or []) if m.strip()]
   if modules and os.getcwd() not in sys.path and "" not in sys.path:

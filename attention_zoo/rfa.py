@@ -10,7 +10,7 @@ Random Fourier features of ℓ2-normalised queries and keys, ``x̂ = x/|x|``::
 so ``E[φ(x)·φ(y)] = exp(−Σ_d σ_d² (x̂ − ŷ)_d² / 2)``, which for σ = s·1 is ``exp(s²(x̂·ŷ − 1))``: a
 softmax with temperature 1/s² over ``x̂·ŷ``. σ [H, D] is a learned parameter (``learn_sigma``,
 initialised to ``init_sigma``; the paper learns σ through ``w = σ ∘ w̃``; per head and dimension
-here). Attention is :func:`attention_zoo.linear_attention.feature_attention`::
+here). Attention is :func:`attention_zoo._linear_attention.feature_attention`::
 
     out_i = φ(q̂_i)·Σ_j φ(k̂_j) v_jᵀ / max(φ(q̂_i)·Σ_j φ(k̂_j), floor)
 
@@ -53,7 +53,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common, linear_attention, performer
+from attention_zoo import _common, _linear_attention, performer
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -120,7 +120,7 @@ class RFAAttention(nn.Module):
   def base_projection(self, dim: int, dtype) -> jax.Array:
     """W̃ [M, D]: redrawn from the ``"attention"`` stream, or the fixed per-layer draw."""
     cfg = self.config
-    key = common.draw_key(self, cfg.redraw, cfg.seed)
+    key = _common.draw_key(self, cfg.redraw, cfg.seed)
     return performer.draw_projection(key, cfg.nb_features, dim, orthogonal=False, dtype=dtype)
 
   @nn.compact
@@ -129,8 +129,8 @@ class RFAAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length, heads, dim = query.shape
-    mask = common.default_mask(mask, batch, length)
-    dtype = common.accum_dtype(query, key)
+    mask = _common.default_mask(mask, batch, length)
+    dtype = _common.accum_dtype(query, key)
     sigma = jnp.full((heads, dim), cfg.init_sigma, dtype)
     if cfg.learn_sigma:
       sigma = self.param("sigma", lambda _, shape: jnp.full(shape, cfg.init_sigma, jnp.float32),
@@ -143,8 +143,8 @@ class RFAAttention(nn.Module):
       kernel = self.param("gate_kernel", nn.initializers.normal(dim ** -0.5), (heads, dim)).astype(dtype)
       bias = self.param("gate_bias", nn.initializers.constant(cfg.gate_bias_init), (heads,)).astype(dtype)
       log_scale = gate_log_scale(key, mask, kernel, bias)
-    keep = linear_attention.key_dropout(cfg.dropout_rate, deterministic, (batch, length, heads), dtype)
-    out = linear_attention.feature_attention(q_features, k_features, value, mask, causal=cfg.causal,
+    keep = _linear_attention.key_dropout(cfg.dropout_rate, deterministic, (batch, length, heads), dtype)
+    out = _linear_attention.feature_attention(q_features, k_features, value, mask, causal=cfg.causal,
                                              chunk=cfg.causal_chunk, keep=keep, k_log_scale=log_scale,
                                              clamp=cfg.floor)
     return out.astype(value.dtype)

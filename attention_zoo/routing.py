@@ -19,7 +19,7 @@ ignored (the model's key projection is unused by this core). Per batch element a
 Sizes: K = ``num_clusters``, default ceil(√L) at init (then fixed by the stored centroids), so W ≈ √L and
 the cost grows like L^1.5 (core FLOPs slope ≈ 1.5); longer inputs with the same K cost L²/K.
 
-Centroids: the shared EMA spherical k-means of ``attention_zoo.clustering`` (collection
+Centroids: the shared EMA spherical k-means of ``attention_zoo._clustering`` (collection
 ``"centroids"``, variable ``means`` [H, K, D], the same collection as ``combiner_learnable``). Each
 token's nearest centroid (not the top-W windows) drives the update, which happens only when training:
 ``deterministic=False`` AND the collection is mutable (``lra_bench.training.steps.train_step`` passes
@@ -57,7 +57,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import clustering, common
+from attention_zoo import _clustering, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 # Logit of a token attending to itself (lucidrains' TOKEN_SELF_ATTN_VALUE): weight only when alone.
@@ -118,17 +118,17 @@ class RoutingAttention(nn.Module):
       raise NotImplementedError("routing cannot be causal: its balanced top-W windows depend on "
                                 "the scores of future tokens, so the future changes past outputs")
     batch, length, heads, dim = query.shape
-    mask = common.default_mask(mask, batch, length)
-    clusters = (clustering.stored_clusters(self) or cfg.num_clusters
+    mask = _common.default_mask(mask, batch, length)
+    clusters = (_clustering.stored_clusters(self) or cfg.num_clusters
                 or int(math.ceil(math.sqrt(length))))
-    means = clustering.centroid_variable(self, heads, clusters, dim)
-    feats = jax.lax.stop_gradient(clustering.unit(query.astype(common.accum_dtype(query))))
-    scores = clustering.similarities(feats, means.value)                        # [B, H, L, K]
-    if not deterministic and clustering.may_update(self):
-      clustering.ema_update(means, feats, clustering.nearest(scores, mask), cfg.decay)
+    means = _clustering.centroid_variable(self, heads, clusters, dim)
+    feats = jax.lax.stop_gradient(_clustering.unit(query.astype(_common.accum_dtype(query))))
+    scores = _clustering.similarities(feats, means.value)                        # [B, H, L, K]
+    if not deterministic and _clustering.may_update(self):
+      _clustering.ema_update(means, feats, _clustering.nearest(scores, mask), cfg.decay)
     index = top_windows(scores, mask, window_size(length, clusters))            # [B, H, K, W]
     out = _window_attention(query, value, mask, index, cfg.mask_self,
-                            common.dropout_callback(cfg.dropout_rate, deterministic))
+                            _common.dropout_callback(cfg.dropout_rate, deterministic))
     return out.astype(value.dtype)
 
 
@@ -144,19 +144,19 @@ def _window_attention(query, value, mask, index, mask_self, dropout):
     return x.reshape(*index.shape, x.shape[-1])
 
   gq, gv = gather(query), gather(value)
-  gk = clustering.unit(gq.astype(common.accum_dtype(gq))).astype(gq.dtype)
+  gk = _clustering.unit(gq.astype(_common.accum_dtype(gq))).astype(gq.dtype)
   real = jnp.take_along_axis(jnp.broadcast_to(mask[:, None], (batch, heads, length)),
                              index.reshape(batch, heads, -1), axis=2).reshape(index.shape)
-  logits = common.dot_logits(gq, gk, "bhkqd,bhkjd->bhkqj")                     # [B, H, K, W, W]
+  logits = _common.dot_logits(gq, gk, "bhkqd,bhkjd->bhkqj")                     # [B, H, K, W, W]
   if mask_self:
     logits = jnp.where(index[..., :, None] == index[..., None, :], SELF_LOGIT, logits)
-  out = common.joint_masked_attention(
-      [(logits, real[..., None, :], common.contraction("bhkqj,bhkjv->bhkqv", gv))], dropout)
+  out = _common.joint_masked_attention(
+      [(logits, real[..., None, :], _common.contraction("bhkqj,bhkjv->bhkqv", gv))], dropout)
 
   b = jnp.arange(batch)[:, None, None, None]
   h = jnp.arange(heads)[None, :, None, None]
   total = jnp.zeros((batch, heads, length, out.shape[-1]), out.dtype).at[b, h, index].add(out)
   count = jnp.zeros((batch, heads, length), out.dtype).at[b, h, index].add(1.0)
   own = jnp.moveaxis(value, 1, 2).astype(out.dtype)                            # [B, H, L, V]
-  mean = common.normalize(total, count)
+  mean = _common.normalize(total, count)
   return jnp.moveaxis(jnp.where(count[..., None] > 0, mean, own), 1, 2)

@@ -49,7 +49,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.adaptive_span import neighbour_blocks, neighbour_positions
 from attention_zoo import performer
 from attention_zoo.performer import softmax_features
@@ -94,8 +94,8 @@ def feature_log_scales(query: jax.Array, key: jax.Array, projection: jax.Array, 
     return jnp.einsum("blhd,md->blhm", x, projection) - 0.5 * jnp.sum(x * x, -1, keepdims=True)
 
   c_query = jnp.max(z(query), axis=-1)
-  c_key = jnp.max(jnp.where(mask[:, :, None, None], z(key), common.NEG_INF), axis=(1, 3))[:, None]
-  c_key = jnp.where(c_key > 0.5 * common.NEG_INF, c_key, 0.0)
+  c_key = jnp.max(jnp.where(mask[:, :, None, None], z(key), _common.NEG_INF), axis=(1, 3))[:, None]
+  c_key = jnp.where(c_key > 0.5 * _common.NEG_INF, c_key, 0.0)
   return jax.lax.stop_gradient(c_query + c_key)
 
 
@@ -118,8 +118,8 @@ class ScatterbrainAttention(nn.Module):
       raise NotImplementedError("scatterbrain: the causal form (causal prefix sums with a separate "
                                 "normaliser and a causal-safe stabiliser) is not implemented")
     batch, length, _, dim = query.shape
-    mask = common.default_mask(mask, batch, length)
-    dtype = common.accum_dtype(query, key)
+    mask = _common.default_mask(mask, batch, length)
+    dtype = _common.accum_dtype(query, key)
     projection = self.projection(dim, dtype)
     q_feat = softmax_features(query, projection, is_query=True, stabilizer=cfg.numerical_stabilizer)
     k_feat = softmax_features(key, projection, is_query=False, mask=mask, stabilizer=cfg.numerical_stabilizer)
@@ -129,27 +129,27 @@ class ScatterbrainAttention(nn.Module):
     lowrank_den = jnp.einsum("blhm,bhm->blh", q_feat, jnp.sum(k_feat, axis=1))
 
     size = min(cfg.local_context, -(-length // 8) * 8)
-    q_b, k_b, v_b, mask_b = blocks.pad_qkv_to_multiple(query, key, v_acc, mask, size)
-    qf_b, kf_b = (common.pad_axis(x, size) for x in (q_feat, k_feat))
+    q_b, k_b, v_b, mask_b = _blocks.pad_qkv_to_multiple(query, key, v_acc, mask, size)
+    qf_b, kf_b = (_common.pad_axis(x, size) for x in (q_feat, k_feat))
     q_pos, k_pos = neighbour_positions(q_b.shape[1] // size, size)
     offset = k_pos[:, None, :] - q_pos[:, :, None]                                    # [N, Q, K]
     band = (offset >= -(cfg.local_context // 2)) & (offset < (cfg.local_context + 1) // 2)
     allowed = neighbour_blocks(mask_b, size)[:, :, None, :] & band                    # [B, N, Q, K]
     allowed = allowed[:, :, :, None, :]                                               # [B, N, Q, 1, K]
-    logits = common.dot_logits(blocks.to_blocks(q_b, size), neighbour_blocks(k_b, size),
+    logits = _common.dot_logits(_blocks.to_blocks(q_b, size), neighbour_blocks(k_b, size),
                                "bnqhd,bnkhd->bnqhk")                                  # [B, N, Q, H, K]
-    lowrank_band = jnp.einsum("bnqhm,bnkhm->bnqhk", blocks.to_blocks(qf_b, size),
+    lowrank_band = jnp.einsum("bnqhm,bnkhm->bnqhk", _blocks.to_blocks(qf_b, size),
                               neighbour_blocks(kf_b, size)) * allowed
-    scale_b = blocks.to_blocks(common.pad_axis(scale, size), size)                    # [B, N, Q, H]
-    masked = jnp.where(allowed, logits, common.NEG_INF)
+    scale_b = _blocks.to_blocks(_common.pad_axis(scale, size), size)                    # [B, N, Q, H]
+    masked = jnp.where(allowed, logits, _common.NEG_INF)
     peak = jax.lax.stop_gradient(jnp.maximum(jnp.max(masked, -1), scale_b))
     exact = jnp.exp(masked - peak[..., None]) * allowed
     lowrank_weight = jnp.exp(scale_b - peak)                                          # [B, N, Q, H]
     v_near = neighbour_blocks(v_b, size)
-    dropped = common.apply_dropout(exact, cfg.dropout_rate, deterministic)
+    dropped = _common.apply_dropout(exact, cfg.dropout_rate, deterministic)
     band_num = jnp.einsum("bnqhk,bnkhv->bnqhv", dropped - lowrank_band * lowrank_weight[..., None], v_near)
     band_den = jnp.sum(exact - lowrank_band * lowrank_weight[..., None], -1)
-    unblock = lambda x: blocks.from_blocks(x)[:, :length]
+    unblock = lambda x: _blocks.from_blocks(x)[:, :length]
     numerator = unblock(band_num) + lowrank_num * unblock(lowrank_weight)[..., None]
     denominator = unblock(band_den) + lowrank_den * unblock(lowrank_weight)
-    return common.normalize(numerator, denominator).astype(value.dtype)
+    return _common.normalize(numerator, denominator).astype(value.dtype)

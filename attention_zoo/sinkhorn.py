@@ -21,7 +21,7 @@ key slot inside a block), ``M`` outputs of the sort net (blocks seen at init).
    training, and dividing by it sent the smoke ListOps run to NaN at step 80. So the rows of the
    effective matrix sum to at most 1 (exactly 1 when no mixed block is partly padded).
 6. Each query attends to its own block and to its sorted block with ONE softmax over both
-   (``common.joint_masked_attention``); causal: own block by position, sorted part from earlier blocks.
+   (``_common.joint_masked_attention``); causal: own block by position, sorted part from earlier blocks.
 
 Sizes: S = ceil(√L) by default, so N ≈ √L and the cost grows like L^1.5 (the N×N sorting matrix mixes
 N·L keys). The sort net has M = ``max_num_blocks`` outputs, or the number of blocks at init when that
@@ -68,7 +68,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -114,28 +114,28 @@ class SinkhornConfig(AttentionConfig):
 def group(x: jax.Array, size: int, grouping: str) -> jax.Array:
   """[B, N·S, ...] -> [B, N, S, ...]: contiguous blocks, or strided (block n = positions n + N·s)."""
   if grouping == "contiguous":
-    return blocks.to_blocks(x, size)
+    return _blocks.to_blocks(x, size)
   return jnp.swapaxes(x.reshape(x.shape[0], size, -1, *x.shape[2:]), 1, 2)
 
 
 def ungroup(x: jax.Array, grouping: str) -> jax.Array:
   """Inverse of :func:`group`: [B, N, S, ...] -> [B, N·S, ...]."""
   if grouping == "contiguous":
-    return blocks.from_blocks(x)
-  return blocks.from_blocks(jnp.swapaxes(x, 1, 2))
+    return _blocks.from_blocks(x)
+  return _blocks.from_blocks(jnp.swapaxes(x, 1, 2))
 
 
 def masked_log_normalize(x: jax.Array, allowed: jax.Array, axis: int) -> jax.Array:
   """``x − logsumexp(x)`` along ``axis`` over allowed entries; disallowed entries -> NEG_INF."""
-  peak = jax.lax.stop_gradient(jnp.max(jnp.where(allowed, x, common.NEG_INF), axis, keepdims=True))
-  total = jnp.sum(jnp.exp(jnp.where(allowed, x - peak, common.NEG_INF)) * allowed, axis, keepdims=True)
-  return jnp.where(allowed, x - peak - jnp.log(jnp.where(total > 0, total, 1.0)), common.NEG_INF)
+  peak = jax.lax.stop_gradient(jnp.max(jnp.where(allowed, x, _common.NEG_INF), axis, keepdims=True))
+  total = jnp.sum(jnp.exp(jnp.where(allowed, x - peak, _common.NEG_INF)) * allowed, axis, keepdims=True)
+  return jnp.where(allowed, x - peak - jnp.log(jnp.where(total > 0, total, 1.0)), _common.NEG_INF)
 
 
 def sinkhorn_operator(logits: jax.Array, allowed: jax.Array, n_iters: int, temperature: float):
   """exp of ``n_iters`` alternating row (last axis) / column log-normalisations of ``logits / T``
   restricted to ``allowed``: logits [..., I, J] -> approximately doubly stochastic [..., I, J]."""
-  x = jnp.where(allowed, logits / temperature, common.NEG_INF)
+  x = jnp.where(allowed, logits / temperature, _common.NEG_INF)
   for _ in range(n_iters):
     x = masked_log_normalize(masked_log_normalize(x, allowed, -1), allowed, -2)
   return jnp.exp(x) * allowed
@@ -164,9 +164,9 @@ class SinkhornAttention(nn.Module):
                                 "normalisation mixes later blocks), grouping='contiguous' "
                                 "(strided blocks mix past and future) and lra_noop_sort=False")
     batch, length, _, dim = query.shape
-    mask = common.default_mask(mask, batch, length)
-    size = cfg.block_size or blocks.sqrt_block_size(length)
-    query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
+    mask = _common.default_mask(mask, batch, length)
+    size = cfg.block_size or _blocks.sqrt_block_size(length)
+    query, key, value, mask = _blocks.pad_qkv_to_multiple(query, key, value, mask, size)
     num_blocks = query.shape[1] // size
     width = self.num_sort_outputs(num_blocks)
     if num_blocks > width:
@@ -180,14 +180,14 @@ class SinkhornAttention(nn.Module):
     if cfg.lra_noop_sort:  # LRA's einsum: every sorted block sums all blocks (Σ_l P = 1)
       perm = jnp.ones_like(perm)
     out = _attend(qb, kb, vb, mb, perm, cfg.causal,
-                  common.dropout_callback(cfg.dropout_rate, deterministic),
+                  _common.dropout_callback(cfg.dropout_rate, deterministic),
                   separate=cfg.lra_noop_sort)                                     # [B, N, S, H, V]
     return ungroup(out, cfg.grouping)[:, :length].astype(value.dtype)
 
   def permutation(self, kb, mb, kernel, bias):
     """P [B, H, I, J] from key blocks kb [B, N, S, H, D], mask mb [B, N, S] and the sort net."""
     cfg = self.config
-    acc = common.accum_dtype(kb)
+    acc = _common.accum_dtype(kb)
     real = jnp.where(mb[..., None, None], kb, 0).astype(acc)
     summary = real[:, :, 0] if cfg.causal else jnp.sum(real, axis=2)               # [B, N, H, D]
     logits = jnp.einsum("bihd,dj->bhij", summary, kernel.astype(acc)) + bias.astype(acc)
@@ -197,7 +197,7 @@ class SinkhornAttention(nn.Module):
       num = nonempty.shape[1]
       allowed = allowed & (jnp.arange(num)[None, :] < jnp.arange(num)[:, None])
     if cfg.sort_activation == "softmax":
-      return common.masked_softmax(logits, allowed)
+      return _common.masked_softmax(logits, allowed)
     return sinkhorn_operator(logits, allowed, cfg.n_iters, cfg.temperature)
 
 
@@ -205,7 +205,7 @@ def _attend(qb, kb, vb, mb, perm, causal, dropout, separate=False):
   """Own block + sorted block: qb, kb [B, N, S, H, D], vb [B, N, S, H, V], mb [B, N, S],
   perm [B, H, I, J] -> [B, N, S, H, V]. One softmax over both, or (``separate``, LRA's code) one
   softmax per block with the two outputs added."""
-  acc = common.accum_dtype(kb, perm)
+  acc = _common.accum_dtype(kb, perm)
   weight = jnp.einsum("bhij,bjs->bhis", perm, mb.astype(acc))                        # [B, H, I, K]
 
   def mix(x):
@@ -213,16 +213,16 @@ def _attend(qb, kb, vb, mb, perm, causal, dropout, separate=False):
     real = jnp.where(mb[..., None, None], x, 0).astype(acc)
     return jnp.einsum("bhij,bjshx->bishx", perm, real).astype(x.dtype)
 
-  own_logits = common.dot_logits(qb, kb, "bnqhd,bnkhd->bhnqk")
-  sorted_logits = common.dot_logits(qb, mix(kb), "bnqhd,bnkhd->bhnqk")
+  own_logits = _common.dot_logits(qb, kb, "bnqhd,bnkhd->bhnqk")
+  sorted_logits = _common.dot_logits(qb, mix(kb), "bnqhd,bnkhd->bhnqk")
   own_allowed = mb[:, None, :, None, :]                                              # [B, 1, N, 1, K]
   if causal:
-    own_allowed = own_allowed & common.causal_allowed(qb.shape[2], kb.shape[2])
+    own_allowed = own_allowed & _common.causal_allowed(qb.shape[2], kb.shape[2])
   sorted_allowed = (weight > 0)[:, :, :, None, :]                                    # [B, H, N, 1, K]
-  parts = [(own_logits, own_allowed, common.contraction("bhnqk,bnkhv->bhnqv", vb)),
-           (sorted_logits, sorted_allowed, common.contraction("bhnqk,bnkhv->bhnqv", mix(vb)))]
+  parts = [(own_logits, own_allowed, _common.contraction("bhnqk,bnkhv->bhnqv", vb)),
+           (sorted_logits, sorted_allowed, _common.contraction("bhnqk,bnkhv->bhnqv", mix(vb)))]
   if separate:
-    out = sum(common.joint_masked_attention([part], dropout) for part in parts)
+    out = sum(_common.joint_masked_attention([part], dropout) for part in parts)
   else:
-    out = common.joint_masked_attention(parts, dropout)
+    out = _common.joint_masked_attention(parts, dropout)
   return jnp.transpose(out, (0, 2, 3, 1, 4))

@@ -50,7 +50,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.nystromformer import iterative_pinv
 from attention_zoo.registry import AttentionConfig, register_attention
 
@@ -98,7 +98,7 @@ class SkyformerConfig(AttentionConfig):
 
 def scaled(x: jax.Array) -> jax.Array:
   """x·D^{-1/4} in float32 or wider."""
-  return x.astype(common.accum_dtype(x)) * x.shape[-1] ** -0.25
+  return x.astype(_common.accum_dtype(x)) * x.shape[-1] ** -0.25
 
 
 def gaussian_kernel(x: jax.Array, y: jax.Array) -> jax.Array:
@@ -129,12 +129,12 @@ class KernelizedAttention(nn.Module):
                mask: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     allowed = mask[:, None, None, :]                                          # [B, 1, 1, K]
     if self.config.causal:
-      allowed = allowed & common.causal_allowed(length, length)[None, None]
+      allowed = allowed & _common.causal_allowed(length, length)[None, None]
     weights = gaussian_kernel(scaled(query), scaled(key)) * allowed          # [B, H, Q, K]
-    weights = common.apply_dropout(weights, self.config.dropout_rate, deterministic)
+    weights = _common.apply_dropout(weights, self.config.dropout_rate, deterministic)
     out = jnp.einsum("bhqk,bkhv->bqhv", weights, value.astype(weights.dtype))
     return out.astype(value.dtype)
 
@@ -148,7 +148,7 @@ class SkyformerAttention(nn.Module):
   def uniforms(self, count: int) -> jax.Array:
     """u [M] in [0, 1): from the ``"attention"`` stream, or the fixed per-layer draw."""
     cfg = self.config
-    rng = common.draw_key(self, cfg.redraw, cfg.seed)
+    rng = _common.draw_key(self, cfg.redraw, cfg.seed)
     return jax.random.uniform(rng, (count,))
 
   @nn.compact
@@ -160,7 +160,7 @@ class SkyformerAttention(nn.Module):
       raise NotImplementedError("skyformer has no causal form: its landmarks and their inverse mix all "
                                 "positions")
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     num_q = cfg.nb_features // 2
     positions = real_positions(mask, self.uniforms(cfg.nb_features))          # [B, M]
     positions = positions + jnp.where(jnp.arange(cfg.nb_features) < num_q, 0, length)
@@ -173,7 +173,7 @@ class SkyformerAttention(nn.Module):
     inverse = iterative_pinv(inv_sqrt[..., :, None] * core * inv_sqrt[..., None, :],
                              cfg.pinv_iterations, cfg.pinv_init)               # Z [B, H, N, M]
     key_side = gaussian_kernel(k, landmarks) * mask[:, None, :, None]          # [B, H, L, N]
-    key_side = common.apply_dropout(key_side, cfg.dropout_rate, deterministic)
+    key_side = _common.apply_dropout(key_side, cfg.dropout_rate, deterministic)
     context = jnp.einsum("bhln,blhv->bhnv", key_side, value.astype(q.dtype))   # [B, H, N, V]
     mixed = inv_sqrt[..., :, None] * jnp.einsum("bhnm,bhnv->bhmv", inverse, inv_sqrt[..., None] * context)
     out = jnp.einsum("bhlm,bhmv->blhv", gaussian_kernel(q, landmarks), mixed)

@@ -65,7 +65,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import blocks, common
+from attention_zoo import _blocks, _common
 from attention_zoo.registry import AttentionConfig, register_attention
 
 
@@ -111,7 +111,7 @@ class SparseStridedConfig(AttentionConfig):
 
   def support(self, length: int) -> np.ndarray:
     """The strided pattern at the length-derived l (no padding)."""
-    return strided_pattern(length, self.block_len or blocks.sqrt_block_size(length), self.causal)
+    return strided_pattern(length, self.block_len or _blocks.sqrt_block_size(length), self.causal)
 
 
 def strided_pattern(length: int, block_len: int, causal: bool) -> np.ndarray:
@@ -123,7 +123,7 @@ def strided_pattern(length: int, block_len: int, causal: bool) -> np.ndarray:
 
 def pattern_sizes(length: int, block_len: int | None = None, summary: int | None = None) -> tuple[int, int]:
   """(l, c) used at this length: the configured values or the length-derived defaults."""
-  block = block_len or blocks.sqrt_block_size(length)
+  block = block_len or _blocks.sqrt_block_size(length)
   return block, min(block, summary if summary is not None else min(8, max(1, block // 4)))
 
 
@@ -151,8 +151,8 @@ class SparseFixedAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
-    dropout = common.dropout_callback(cfg.dropout_rate, deterministic)
+    mask = _common.default_mask(mask, batch, length)
+    dropout = _common.dropout_callback(cfg.dropout_rate, deterministic)
     if cfg.pattern == "fixed" and cfg.cls_token:
       return _with_cls_token(cfg, query, key, value, mask, dropout)
     return _pattern_attention(cfg, query, key, value, mask, dropout)
@@ -165,36 +165,36 @@ def _pattern_attention(cfg, query, key, value, mask, dropout, extra_parts=None):
   (the CLS key of ``cls_token``)."""
   length = query.shape[1]
   if cfg.pattern == "strided":
-    size = cfg.block_len or blocks.sqrt_block_size(length)
+    size = cfg.block_len or _blocks.sqrt_block_size(length)
     make_parts = _strided_parts
   else:
     size, summary = pattern_sizes(length, cfg.block_len, cfg.summary)
     make_parts = lambda *args: _fixed_parts(*args, offsets=summary_offsets(size, summary, cfg.first_column))
-  query, key, value, mask = blocks.pad_qkv_to_multiple(query, key, value, mask, size)
-  q_blocks = blocks.to_blocks(query, size)
+  query, key, value, mask = _blocks.pad_qkv_to_multiple(query, key, value, mask, size)
+  q_blocks = _blocks.to_blocks(query, size)
   parts = make_parts(q_blocks, key, value, mask, size, cfg.causal)
   if extra_parts is not None:
     parts = parts + extra_parts(q_blocks)
-  out = common.joint_masked_attention(parts, dropout)                                # [B, H, N, Q, V]
+  out = _common.joint_masked_attention(parts, dropout)                                # [B, H, N, Q, V]
   out = jnp.transpose(out, (0, 2, 3, 1, 4)).astype(value.dtype)                     # [B, N, Q, H, V]
-  return blocks.from_blocks(out)[:, :length]
+  return _blocks.from_blocks(out)[:, :length]
 
 
 def _with_cls_token(cfg, query, key, value, mask, dropout):
   """``cls_token``: position 0 attends to every real key (one dense row, O(L)); positions 1..L−1 run
   the pattern among themselves (indices shifted by one, as LRA built it on L − 1 positions) plus the
   CLS key, all in one softmax per query."""
-  cls_logits = common.dot_logits(query[:, :1], key, "bqhd,bkhd->bhqk")             # [B, H, 1, L]
-  cls_out = common.joint_masked_attention(
-      [(cls_logits, mask[:, None, None, :], common.contraction("bhqk,bkhv->bhqv", value))], dropout)
+  cls_logits = _common.dot_logits(query[:, :1], key, "bqhd,bkhd->bhqk")             # [B, H, 1, L]
+  cls_out = _common.joint_masked_attention(
+      [(cls_logits, mask[:, None, None, :], _common.contraction("bhqk,bkhv->bhqv", value))], dropout)
   cls_out = jnp.transpose(cls_out, (0, 2, 1, 3)).astype(value.dtype)               # [B, 1, H, V]
   if query.shape[1] == 1:
     return cls_out
 
   def cls_key_part(q_blocks):
     """Every query block sees the CLS key: logits [B, H, N, Q, 1]."""
-    logits = common.dot_logits(q_blocks, key[:, :1], "bnqhd,bjhd->bhnqj")
-    return [(logits, mask[:, None, None, None, :1], common.contraction("bhnqj,bjhv->bhnqv", value[:, :1]))]
+    logits = _common.dot_logits(q_blocks, key[:, :1], "bnqhd,bjhd->bhnqj")
+    return [(logits, mask[:, None, None, None, :1], _common.contraction("bhnqj,bjhv->bhnqv", value[:, :1]))]
 
   rest = _pattern_attention(cfg, query[:, 1:], key[:, 1:], value[:, 1:], mask[:, 1:], dropout, cls_key_part)
   return jnp.concatenate([cls_out, rest], axis=1)
@@ -206,17 +206,17 @@ def _fixed_parts(q_blocks, key, value, mask, size, causal, *, offsets):
   summary_pos = (np.arange(num_blocks)[:, None] * size + offsets).reshape(-1)   # [J]
   summary_block = summary_pos // size
   positions = np.arange(num_blocks * size).reshape(num_blocks, size)            # [N, S]
-  own_logits = common.dot_logits(q_blocks, blocks.to_blocks(key, size), "bnqhd,bnkhd->bhnqk")
-  own_allowed = blocks.to_blocks(mask, size)[:, None, :, None, :]               # [B, 1, N, 1, K]
-  sum_logits = common.dot_logits(q_blocks, key[:, summary_pos], "bnqhd,bjhd->bhnqj")
+  own_logits = _common.dot_logits(q_blocks, _blocks.to_blocks(key, size), "bnqhd,bnkhd->bhnqk")
+  own_allowed = _blocks.to_blocks(mask, size)[:, None, :, None, :]               # [B, 1, N, 1, K]
+  sum_logits = _common.dot_logits(q_blocks, key[:, summary_pos], "bnqhd,bjhd->bhnqj")
   sum_allowed = (mask[:, summary_pos][:, None, None, None, :]                    # [B, 1, 1, 1, J]
                  & (summary_block != np.arange(num_blocks)[:, None])[:, None, :])  # [N, 1, J]
   if causal:
-    own_allowed = own_allowed & common.causal_allowed(size, size)
+    own_allowed = own_allowed & _common.causal_allowed(size, size)
     sum_allowed = sum_allowed & (summary_pos <= positions[:, :, None])            # [N, Q, J]
-  v_blocks, v_summary = blocks.to_blocks(value, size), value[:, summary_pos]
-  return [(own_logits, own_allowed, common.contraction("bhnqk,bnkhv->bhnqv", v_blocks)),
-          (sum_logits, sum_allowed, common.contraction("bhnqj,bjhv->bhnqv", v_summary))]
+  v_blocks, v_summary = _blocks.to_blocks(value, size), value[:, summary_pos]
+  return [(own_logits, own_allowed, _common.contraction("bhnqk,bnkhv->bhnqv", v_blocks)),
+          (sum_logits, sum_allowed, _common.contraction("bhnqj,bjhv->bhnqv", v_summary))]
 
 
 def _strided_parts(q_blocks, key, value, mask, size, causal):
@@ -226,21 +226,21 @@ def _strided_parts(q_blocks, key, value, mask, size, causal):
   zero blocks with a False mask at the ends), and the stride keys j ≡ i (mod l) = offset r of every block
   m, except |n − m| ≤ 1 (those are i and i ± l, already in the band), so no key counts twice."""
   num_blocks = q_blocks.shape[1]
-  window = lambda x: neighbour_blocks(blocks.to_blocks(x, size))
+  window = lambda x: neighbour_blocks(_blocks.to_blocks(x, size))
   k_window, v_window = window(key), window(value)                              # [B, N, 3S, H, X]
   offset = np.arange(size)[:, None] + size - np.arange(3 * size)[None, :]       # [Q, 3S]: i − j
   band = (offset >= 0) if causal else (offset >= -size)
   band_allowed = window(mask)[:, None, :, None, :] & (band & (offset <= size))  # [B, 1, N, Q, 3S]
-  band_logits = common.dot_logits(q_blocks, k_window, "bnqhd,bnkhd->bhnqk")
+  band_logits = _common.dot_logits(q_blocks, k_window, "bnqhd,bnkhd->bhnqk")
   gap = np.arange(num_blocks)[:, None] - np.arange(num_blocks)[None, :]         # [N, M]: n − m
   far = (gap >= 2) if causal else (np.abs(gap) >= 2)
-  k_blocks, m_blocks = blocks.to_blocks(key, size), blocks.to_blocks(mask, size)
-  stride_logits = common.dot_logits(q_blocks, k_blocks, "bnqhd,bmqhd->bhnqm")
+  k_blocks, m_blocks = _blocks.to_blocks(key, size), _blocks.to_blocks(mask, size)
+  stride_logits = _common.dot_logits(q_blocks, k_blocks, "bnqhd,bmqhd->bhnqm")
   stride_allowed = (jnp.swapaxes(m_blocks, 1, 2)[:, None, None, :, :]           # [B, 1, 1, Q, M]
                     & far[:, None, :])                                          # [N, 1, M]
-  return [(band_logits, band_allowed, common.contraction("bhnqk,bnkhv->bhnqv", v_window)),
+  return [(band_logits, band_allowed, _common.contraction("bhnqk,bnkhv->bhnqv", v_window)),
           (stride_logits, stride_allowed,
-           common.contraction("bhnqm,bmqhv->bhnqv", blocks.to_blocks(value, size)))]
+           _common.contraction("bhnqm,bmqhv->bhnqv", _blocks.to_blocks(value, size)))]
 
 
 def neighbour_blocks(x: jax.Array) -> jax.Array:

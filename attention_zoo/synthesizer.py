@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import common
+from attention_zoo import _common
 from attention_zoo.linformer import init_length
 from attention_zoo.registry import AttentionConfig, register_attention
 
@@ -122,22 +122,22 @@ class SynthesizerAttention(nn.Module):
     """query, key: [B, L, H, D]; value: [B, L, H, V]; mask: bool [B, L] -> [B, L, H, V]."""
     cfg = self.config
     batch, length = query.shape[:2]
-    mask = common.default_mask(mask, batch, length)
+    mask = _common.default_mask(mask, batch, length)
     logits = self._synthetic_logits(query)                                # [B | 1, H, Q, K]
     if not cfg.ignore_dot_product:
-      logits = logits + common.dot_logits(query, key, "bqhd,bkhd->bhqk")
+      logits = logits + _common.dot_logits(query, key, "bqhd,bkhd->bhqk")
     allowed = mask[:, None, None, :]                                      # [B, 1, 1, K]
     if cfg.causal:
-      allowed = allowed & common.causal_allowed(length, length)[None, None]
-    drop = common.dropout_callback(cfg.dropout_rate, deterministic)
-    out = common.masked_attention(logits, allowed, jnp.swapaxes(value, 1, 2), "bhqk,bhkv->bhqv", drop)
+      allowed = allowed & _common.causal_allowed(length, length)[None, None]
+    drop = _common.dropout_callback(cfg.dropout_rate, deterministic)
+    out = _common.masked_attention(logits, allowed, jnp.swapaxes(value, 1, 2), "bhqk,bhkv->bhqv", drop)
     return jnp.swapaxes(out, 1, 2)                                        # [B, Q, H, V]
 
   def _synthetic_logits(self, query: jax.Array) -> jax.Array:
     """Sum of the configured synthetic parts, float32 or wider: [B or 1, H, L, L]."""
     cfg = self.config
     length, heads, dim = query.shape[1:]
-    dtype = common.accum_dtype(query)
+    dtype = _common.accum_dtype(query)
     init = nn.initializers.xavier_uniform()
     parts = []
     for part in cfg.mode.split("+"):

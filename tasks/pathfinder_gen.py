@@ -180,7 +180,6 @@ class Geometry:
     self.mask = np.stack([s[1] for s in stamps])                        # [360 + K, S, S]
     small = disk(m)
     self.dmask = np.stack([dilate(np.pad(s, m), small) for s in self.mask])  # [360 + K, S + 2m, S + 2m]
-    self.small_offsets = np.argwhere(small > 0) - (m, m)
 
     # Seed exclusion kernels (seed_struct, docs/generators.md §2.3): the paddle mask at start
     # [L+m+1, L+m+1] on a canvas of side 2(L+m)+1, cast to uint8 (only exact 1.0 survives), anchored at

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from attention_zoo import combiner_common, common
+from attention_zoo import _combiner_common as combiner_common
+from attention_zoo import _common as common
 from tests.attention_probe import create, random_qkv
 
 
@@ -149,7 +150,8 @@ def test_core_gradients_match_finite_differences(x64, name, overrides):
 @pytest.mark.parametrize("name", ["bigbird", "combiner_axial_rowmajor"])
 def test_compare_kernels_own_references_compute_the_core(name):
   """The plain references timed by scripts/compare_kernels.py compute exactly what the core computes."""
-  import importlib.util, pathlib
+  import importlib.util
+  import pathlib
   path = pathlib.Path(__file__).parent.parent / "scripts" / "compare_kernels.py"
   spec = importlib.util.spec_from_file_location("compare_kernels", path)
   script = importlib.util.module_from_spec(spec)

@@ -1,4 +1,4 @@
-"""The shared feature-map attention (attention_zoo.linear_attention) against its dense definition:
+"""The shared feature-map attention (attention_zoo._linear_attention) against its dense definition:
 bidirectional and causal, per-key log scales with a causal running max, key dropout, padding at the end
 and in the middle, chunks that do not divide the length."""
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention_zoo import linear_attention
+from attention_zoo import _linear_attention as linear_attention
 
 LENGTH, FEATURES = 29, 5
 

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention_zoo import common
+from attention_zoo import _common as common
 from tests.attention_probe import create, random_qkv
 from tests.dense_reference import padded_mask
 

@@ -14,7 +14,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common
+from attention_zoo import _common
 
 
 def sqrt_block_size(length: int, minimum: int = 1) -> int:
@@ -33,14 +33,14 @@ def grid_shape(length: int, width: int | None = None) -> tuple[int, int]:
 
 def pad_to_multiple(x: jax.Array, mask: jax.Array, multiple: int) -> tuple[jax.Array, jax.Array]:
   """Pads ``x`` [B, L, ...] and ``mask`` [B, L] along L to a multiple; padded positions are masked."""
-  return common.pad_axis(x, multiple, axis=1), common.pad_axis(mask, multiple, axis=1, value=False)
+  return _common.pad_axis(x, multiple, axis=1), _common.pad_axis(mask, multiple, axis=1, value=False)
 
 
 def pad_qkv_to_multiple(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
                         multiple: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """``pad_to_multiple`` of query, key and value [B, L, ...] together; returns (q, k, v, padded mask)."""
   padded = [pad_to_multiple(x, mask, multiple)[0] for x in (query, key, value)]
-  return (*padded, common.pad_axis(mask, multiple, axis=1, value=False))
+  return (*padded, _common.pad_axis(mask, multiple, axis=1, value=False))
 
 
 def to_blocks(x: jax.Array, block: int) -> jax.Array:
@@ -54,12 +54,6 @@ def to_blocks(x: jax.Array, block: int) -> jax.Array:
 def from_blocks(x: jax.Array) -> jax.Array:
   """[B, N, S, ...] -> [B, N*S, ...]."""
   return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
-
-
-def gather_blocks_per_head(blocks: jax.Array, index: jax.Array) -> jax.Array:
-  """Per-head gather: ``blocks`` [B, N, S, H, X], ``index`` int [H, N', K] -> [B, N', K, S, H, X]."""
-  per_head = jax.vmap(lambda b, i: jnp.take(b, i, axis=1), in_axes=(3, 0), out_axes=4)
-  return per_head(blocks, index)
 
 
 def grid_layouts(x: jax.Array, width: int) -> tuple[jax.Array, jax.Array]:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from attention_zoo import common
+from attention_zoo import _common
 
 
 def key_dropout(rate: float, deterministic: bool, shape: tuple[int, ...], dtype) -> jax.Array | None:
@@ -45,7 +45,7 @@ def key_dropout(rate: float, deterministic: bool, shape: tuple[int, ...], dtype)
   Call from a module's ``__call__``."""
   if rate <= 0.0 or deterministic:
     return None
-  return common.apply_dropout(jnp.ones(shape, dtype), rate, False)
+  return _common.apply_dropout(jnp.ones(shape, dtype), rate, False)
 
 
 def positional_blocks(features: jax.Array, weights: jax.Array) -> jax.Array:
@@ -57,7 +57,7 @@ def positional_blocks(features: jax.Array, weights: jax.Array) -> jax.Array:
 
 def _divide(numerator: jax.Array, denominator: jax.Array, eps: float, clamp: float | None) -> jax.Array:
   """numerator [..., V] / denominator [...] with the eps/clamp/empty-row rules of the module docstring
-  (an einsum with the reciprocal, as ``common.normalize``, but keeping negative denominators)."""
+  (an einsum with the reciprocal, as ``_common.normalize``, but keeping negative denominators)."""
   denominator = denominator + eps
   if clamp is not None:
     denominator = jnp.maximum(denominator, clamp)
@@ -81,14 +81,14 @@ def feature_attention(q_features: jax.Array, k_features: jax.Array, value: jax.A
   dtype = jnp.result_type(q_features, k_features)
   q_features, k_features, value = (x.astype(dtype) for x in (q_features, k_features, value))
   if causal:  # laid out [B, H, L, ...] inside (see _causal)
-    mask = common.default_mask(mask, k_features.shape[0], k_features.shape[2 if heads_first else 1])
+    mask = _common.default_mask(mask, k_features.shape[0], k_features.shape[2 if heads_first else 1])
     to_heads = (lambda x: x) if heads_first else (lambda x: jnp.swapaxes(x, 1, 2))
     q_features, k_features, value = (to_heads(x) for x in (q_features, k_features, value))
     real = mask[:, None, :]                                                  # [B, 1, L]
     log_scale = jnp.zeros(k_features.shape[:3], dtype) if k_log_scale is None else to_heads(k_log_scale)
     keep = jnp.ones(k_features.shape[:3], dtype) if keep is None else to_heads(keep)
     out = _causal(q_features, k_features * real[..., None], value, keep,
-                  jnp.where(real, log_scale.astype(dtype), common.NEG_INF), chunk, eps, clamp)
+                  jnp.where(real, log_scale.astype(dtype), _common.NEG_INF), chunk, eps, clamp)
     return to_heads(out)
   seq, length_axis = ("bhl", 2) if heads_first else ("blh", 1)
   real = None if mask is None else (mask[:, None, :] if heads_first else mask[:, :, None])  # like r
@@ -97,7 +97,7 @@ def feature_attention(q_features: jax.Array, k_features: jax.Array, value: jax.A
   if k_log_scale is not None:
     log_scale = k_log_scale.astype(dtype)
     if real is not None:
-      log_scale = jnp.where(real, log_scale, common.NEG_INF)
+      log_scale = jnp.where(real, log_scale, _common.NEG_INF)
     peak = jax.lax.stop_gradient(jnp.max(log_scale, axis=length_axis, keepdims=True))
     k_features = k_features * jnp.exp(log_scale - peak)[..., None]
   if keep is not None:
@@ -126,16 +126,16 @@ def _causal(qf, kf, v, keep, log_scale, chunk, eps, clamp):
   length = qf.shape[2]
   chunk = min(chunk, length)
   # Padding to a chunk multiple: zero features, log scale NEG_INF, so nothing is added.
-  qf, kf, v, keep = (common.pad_axis(x, chunk, axis=2) for x in (qf, kf, v, keep))
-  log_scale = common.pad_axis(log_scale, chunk, axis=2, value=common.NEG_INF)
+  qf, kf, v, keep = (_common.pad_axis(x, chunk, axis=2) for x in (qf, kf, v, keep))
+  log_scale = _common.pad_axis(log_scale, chunk, axis=2, value=_common.NEG_INF)
   running = jax.lax.stop_gradient(jax.lax.cummax(log_scale, axis=2))        # s_i [B, H, L']
   qf, kf, v, keep, log_scale, running = (x.reshape(*x.shape[:2], -1, chunk, *x.shape[3:])
                                          for x in (qf, kf, v, keep, log_scale, running))
   chunk_end = running[..., -1]                                               # [B, H, N]
   # Within each chunk: w_qk = φ(q)·φ(k)·exp(r_k − s_q) for k ≤ q.
-  allowed = common.causal_allowed(chunk, chunk)                              # [Q, K]
+  allowed = _common.causal_allowed(chunk, chunk)                              # [Q, K]
   exponent = log_scale[..., None, :] - running[..., :, None]                 # [B, H, N, Q, K]
-  factor = jnp.exp(jnp.where(allowed, exponent, common.NEG_INF))
+  factor = jnp.exp(jnp.where(allowed, exponent, _common.NEG_INF))
   scores = jnp.einsum("bhnqm,bhnkm->bhnqk", qf, kf) * factor
   numerator = jnp.einsum("bhnqk,bhnkv->bhnqv", scores * keep[..., None, :], v)
   denominator = jnp.sum(scores, axis=-1)                                     # [B, H, N, Q]
@@ -143,7 +143,7 @@ def _causal(qf, kf, v, keep, log_scale, chunk, eps, clamp):
   to_end = kf * jnp.exp(log_scale - chunk_end[..., None])[..., None]         # [B, H, N, K, M]
   kv = jnp.einsum("bhnkm,bhnkv->bhnmv", to_end, v * keep[..., None])         # [B, H, N, M, V]
   ksum = jnp.sum(to_end, axis=3)                                             # [B, H, N, M]
-  previous_end = jnp.concatenate([jnp.full_like(chunk_end[..., :1], common.NEG_INF), chunk_end[..., :-1]],
+  previous_end = jnp.concatenate([jnp.full_like(chunk_end[..., :1], _common.NEG_INF), chunk_end[..., :-1]],
                                  axis=2)
   prefix_kv, prefix_k = _exclusive_rescaled_prefix(jnp.exp(previous_end - chunk_end), (kv, ksum))
   # prefix_* of chunk n is relative to the running max at the end of chunk n − 1.

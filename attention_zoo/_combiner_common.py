@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo import common
+from attention_zoo import _common
 
 ABSTRACTIONS = ("max", "mean", "deepsets_max", "deepsets_mean")
 
@@ -73,7 +73,7 @@ def pool(x: jax.Array, valid: jax.Array, axis: int, kind: str) -> tuple[jax.Arra
   if kind == "max":
     out = jnp.max(jnp.where(valid, x, jnp.finfo(x.dtype).min), axis)
   else:
-    acc = common.accum_dtype(x)
+    acc = _common.accum_dtype(x)
     total = jnp.sum(jnp.where(valid, x, 0).astype(acc), axis)
     out = (total / jnp.maximum(jnp.sum(valid, axis, dtype=acc), 1)).astype(x.dtype)
   return jnp.where(fill, out, 0), nonempty
@@ -94,7 +94,7 @@ def exclusive_line_pools(xs: Sequence[jax.Array], valid: jax.Array, kind: str, r
   summary pools x over the valid positions strictly before ``t`` (strictly after when ``reverse``), with
   the conventions of :func:`pool`: returns (summaries shaped like xs, ``nonempty`` shaped like valid).
   """
-  acc = common.accum_dtype(*xs)
+  acc = _common.accum_dtype(*xs)
   count = _exclusive_scan(lambda r, v: r + v, (valid.astype(acc),), 0, reverse)[0]
   nonempty = count > 0
   masks = [_expand(valid, x) for x in xs]
@@ -166,7 +166,7 @@ def span_values(q_hat: jax.Array, key: jax.Array, value: jax.Array, allowed: jax
   The softmax runs over the last axis of ``einsum(logits_spec, q_hat, key)``; ``allowed`` broadcasts
   to it.
   """
-  return common.masked_attention(common.dot_logits(q_hat, key, logits_spec), allowed, value, out_spec)
+  return _common.masked_attention(_common.dot_logits(q_hat, key, logits_spec), allowed, value, out_spec)
 
 
 def dropout_rng(module: nn.Module, rate: float, deterministic: bool) -> jax.Array | None:
@@ -187,7 +187,7 @@ def dropout(probs: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
 
 
 def dropout_fn(rate: float, rng: jax.Array | None, num_parts: int):
-  """The ``dropout(weights, part)`` callback of :func:`common.joint_masked_attention`: inverted
+  """The ``dropout(weights, part)`` callback of :func:`_common.joint_masked_attention`: inverted
   dropout with an independent key per part, or None when dropout is off."""
   if rng is None or rate <= 0.0:
     return None
@@ -223,18 +223,18 @@ def block_combiner(qb: jax.Array, kb: jax.Array, vb: jax.Array, valid: jax.Array
   # Direct: own block.
   local_allowed = valid[:, :, None, None, :]                                          # [B, N, 1, 1, T]
   if causal:
-    local_allowed = local_allowed & common.causal_allowed(size, size)[None, None, :, None, :]
-  parts = [(common.dot_logits(qb, kb, "bnshd,bnthd->bnsht"), local_allowed,
-            common.contraction("bnsht,bnthv->bnshv", vb))]
+    local_allowed = local_allowed & _common.causal_allowed(size, size)[None, None, :, None, :]
+  parts = [(_common.dot_logits(qb, kb, "bnshd,bnthd->bnsht"), local_allowed,
+            _common.contraction("bnsht,bnthv->bnshv", vb))]
 
   # Direct: the summary positions (last C offsets) of the other blocks, flattened to Z*C keys.
   if c:
     ks, vs, ms = kb[:, :, size - c:], vb[:, :, size - c:], valid[:, :, size - c:]
-    col_logits = common.dot_logits(qb, ks, "bnshd,bzchd->bnshzc")
+    col_logits = _common.dot_logits(qb, ks, "bnshd,bzchd->bnshzc")
     col_allowed = ms[:, None, None, None, :, :] & others[..., None]     # [B, N, 1, 1, Z, C]
     parts.append((col_logits.reshape(*col_logits.shape[:4], -1),
                   col_allowed.reshape(*col_allowed.shape[:4], -1),
-                  lambda w: common.contraction("bnshzc,bzchv->bnshv", vs)(
+                  lambda w: _common.contraction("bnshzc,bzchv->bnshv", vs)(
                       w.reshape(*w.shape[:4], num_blocks, c))))
 
   # Spans: each block's non-summary positions, summarized once.
@@ -243,6 +243,6 @@ def block_combiner(qb: jax.Array, kb: jax.Array, vb: jax.Array, valid: jax.Array
   k_hat, nonempty = pool(fk, member, 2, kind)                 # [B, N, H, D]
   v_hat = span_values(q_hat, kb, vb, member[:, :, None, :],
                       "bzhd,bzthd->bzht", "bzht,bzthv->bzhv")                         # [B, Z, H, V]
-  parts.append((common.dot_logits(qb, k_hat, "bnshd,bzhd->bnshz"),
-                nonempty[:, None, None, None, :] & others, common.contraction("bnshz,bzhv->bnshv", v_hat)))
-  return common.joint_masked_attention(parts, dropout_fn(dropout_rate, rng, len(parts))).astype(dtype)
+  parts.append((_common.dot_logits(qb, k_hat, "bnshd,bzhd->bnshz"),
+                nonempty[:, None, None, None, :] & others, _common.contraction("bnshz,bzhv->bnshv", v_hat)))
+  return _common.joint_masked_attention(parts, dropout_fn(dropout_rate, rng, len(parts))).astype(dtype)
