@@ -46,7 +46,7 @@ def listops(c: ml_collections.ConfigDict) -> None:
   c.data.prepare.num_val = 200
   c.data.prepare.num_test = 200
   c.data.prepare.min_length = 10
-  c.data.prepare.max_length = 128
+  c.data.prepare.max_expression_length = 128
 
 
 def text(c: ml_collections.ConfigDict) -> None:

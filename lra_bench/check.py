@@ -235,7 +235,7 @@ def _write_atomic(path: str, text: str) -> None:
 
 
 def _validate(name: str, lengths: Sequence[int], steps: int | None) -> list[int]:
-  from lra_bench.training.config import ConfigError
+  from lra_bench.errors import ConfigError
 
   try:
     attention_zoo.attention_config(name)
@@ -256,6 +256,7 @@ def cost_and_heatmap(name: str, lengths: Sequence[int], out: str, repeats: int) 
   """Stages 2 and 3 as report lines; a core that does not compile or cannot be drawn gets a line
   saying why instead of the table or the figure."""
   from lra_bench.report import viz
+  from lra_bench.training import steps, xla_stats
 
   lines = [f"## Cost of the core (forward + backward, batch 1, {HEADS} heads x {HEAD_DIM}, float32)", ""]
   try:
@@ -268,7 +269,7 @@ def cost_and_heatmap(name: str, lengths: Sequence[int], out: str, repeats: int) 
   _progress(name, "effective-attention heatmap")
   png = os.path.join(out, f"attention_{name}_L{HEATMAP_LENGTH}.png")
   try:
-    viz.plot_attention(name, png, HEATMAP_LENGTH)
+    viz.plot_attention(name, png, HEATMAP_LENGTH, compiler=steps.compile_run_once, fits=xla_stats.check_fits)
     lines += [f"## Effective attention (one head, random q/k, L = {HEATMAP_LENGTH})", "",
               f"![{name}]({os.path.basename(png)})", ""]
   except Exception as err:  # noqa: BLE001 - a core the probe cannot draw still gets the rest of the report

@@ -32,31 +32,32 @@ from typing import Any, Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from absl import app, flags  # noqa: E402
-from absl.flags import argparse_flags  # noqa: E402
+from absl import app, flags
+from absl.flags import argparse_flags
+
+from lra_bench import files
+from lra_bench.errors import ConfigError, UsageError
+from lra_bench.experiments import grid
+from lra_bench.experiments.bench import MODES
+from lra_bench.experiments.launcher import FLAGS as LAUNCHER_FLAGS, LAUNCHERS
+from tasks.base import MAX_SEED, PREPARE_RANGES
 
 # The next command a newcomer runs (the top-level --help ends with it).
 START = ("start with: ./run_all.sh (the whole smoke suite, bench and report), or\n"
          "  lra-bench data prepare listops --protocol smoke && lra-bench train --task listops "
          "--protocol smoke --workdir runs/demo")
 LISTINGS = ("attentions", "tasks", "protocols")
-MODES = ("train", "inference")
-LAUNCHERS = ("inprocess", "local", "slurm")
-# suite flag -> key of suite.run_suite(launcher_options=...)
-LAUNCHER_OPTIONS = {"workers": "workers", "partition": "partition", "gpus_per_task": "gpus_per_task",
-                    "time_limit": "time_limit_min", "array_size": "array_size",
-                    "cpus_per_task": "cpus_per_task", "log_dir": "log_dir"}
-PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_length", "overwrite",
+# suite flag (its argparse name) -> key of suite.run_suite(launcher_options=...): launcher.FLAGS inverted
+LAUNCHER_OPTIONS = {flag.lstrip("-"): key for key, flag in LAUNCHER_FLAGS.items()}
+PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_expression_length", "overwrite",
                  "resolution", "contour_length", "num_images", "images_per_batch", "workers", "seed")
 # Loggers of libraries whose INFO lines are noise for a user (orbax logs through absl's logger).
 CHATTY_LOGGERS = ("absl", "orbax", "tensorstore", "tensorflow", "tensorflow_datasets", "jax")
-MAX_SEED = 2**31 - 1
 # Config keys a command sets from its own flags: a --set of one of them would contradict the flag (the
-# run would train one thing and be filed under another), so it is an error naming the flag.
+# run would train one thing and be filed under another), so it is an error naming the flag. The suite's
+# are its grid's (suite.GRID_KEYS, read by ``flag_keys``).
 FLAG_KEYS = {
     "train": {"protocol": "--protocol", "task": "--task", "model.attention": "--attention", "seed": "--seed"},
-    "suite": {"protocol": "--protocol", "task": "--tasks", "model.attention": "--attentions",
-              "seed": "--seeds"},
     "bench": {"model.attention": "--attentions", "data.max_length": "--lengths", "batch_size": "--batch_size",
               "bench.mode": "--mode", "bench.repeats": "--repeats", "bench.warmup_steps": "--warmup_steps",
               "bench.compile_only": "--compile_only"},
@@ -93,15 +94,20 @@ def positive_float(text: str) -> float:
   return value
 
 
+def _items(text: str, noun: str, expected: str) -> list[str]:
+  """``grid.items`` (the one comma-list splitter) as an argparse type error."""
+  try:
+    return grid.items(text, noun, expected)
+  except ValueError as err:
+    raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def int_list(low: int, high: int | None = None, min_items: int = 1) -> Callable[[str], list[int]]:
   """A comma list of at least ``min_items`` distinct integers in ``[low, high]`` (``1024,2048``)."""
   element = int_at_least(low, high)
 
   def parse(text: str) -> list[int]:
-    items = [item.strip() for item in text.split(",")]
-    if not text.strip() or any(not item for item in items):
-      raise argparse.ArgumentTypeError(f"{text!r} has an empty item; expected a comma list of integers "
-                                       f">= {low}, e.g. 1,2")
+    items = _items(text, "item", f"a comma list of integers >= {low}, e.g. 1,2")
     try:
       values = [element(item) for item in items]
     except argparse.ArgumentTypeError as err:
@@ -116,10 +122,7 @@ def int_list(low: int, high: int | None = None, min_items: int = 1) -> Callable[
 
 def names(text: str) -> str:
   """``all`` or a non-empty comma list of names (checked against the registry when the command runs)."""
-  items = [item.strip() for item in text.split(",")]
-  if not text.strip() or any(not item for item in items):
-    raise argparse.ArgumentTypeError(f"{text!r} has an empty name; expected 'all' or a comma list of names")
-  return ",".join(items)
+  return ",".join(_items(text, "name", "'all' or a comma list of names"))
 
 
 def text_value(text: str) -> str:
@@ -129,7 +132,7 @@ def text_value(text: str) -> str:
 
 
 def _path(text: str) -> str:
-  return os.path.abspath(os.path.expanduser(text_value(text)))
+  return files.absolute(text_value(text))
 
 
 def unwritable(path: str) -> str | None:
@@ -164,13 +167,11 @@ def output_dir(text: str) -> str:
 
 
 def checked_output_dir(flag: str, path: str) -> str:
-  """``output_dir`` for a default path (the flag was not given): a ConfigError naming the flag."""
-  from lra_bench.training.config import ConfigError
-
+  """``output_dir`` for a default path (the flag was not given): a UsageError naming the flag."""
   try:
     return output_dir(path)
   except argparse.ArgumentTypeError as err:
-    raise ConfigError(f"{flag} (default): {err}; pass {flag} DIR") from None
+    raise UsageError(f"{flag} (default): {err}; pass {flag} DIR") from None
 
 
 def image_file(text: str) -> str:
@@ -274,6 +275,11 @@ def _add_list(commands, common) -> None:
   p.add_argument("what", nargs="?", help=f"one listing only: {', '.join(LISTINGS)}")
 
 
+def _prepare_type(option: str) -> Callable[[str], int]:
+  """The type of a ``data prepare`` count flag: its range in ``tasks.base.PREPARE_RANGES``."""
+  return int_at_least(*PREPARE_RANGES[option])
+
+
 def _add_data(commands, common) -> None:
   data = _group(commands, "data", "make or check the data of a task (data prepare TASK, data download)")
   p = _command(data, "prepare", "generate (ListOps, Pathfinder, Path-X) or check (Text, Retrieval, Image) "
@@ -282,20 +288,25 @@ def _add_data(commands, common) -> None:
   p.add_argument("--protocol", type=text_value, help="take the options from this protocol's data.prepare "
                  "(flags below override them)")
   _add_data_dir(p, output_dir)
-  p.add_argument("--seed", type=int_at_least(0, MAX_SEED), help="generator seed (default: the task's, 0)")
+  p.add_argument("--seed", type=_prepare_type("seed"), help="generator seed (default: the task's, 0)")
   p.add_argument("--name", type=text_value, help="ListOps: file name prefix (basic_*.tsv); "
                  "Pathfinder: sub-folder")
   for split in ("train", "val", "test"):
-    p.add_argument(f"--num_{split}", type=int_at_least(1), help=f"ListOps: generated {split} examples")
-  p.add_argument("--min_length", type=int_at_least(0), help="ListOps: keep expressions longer than this")
-  p.add_argument("--max_length", type=int_at_least(2), help="ListOps: keep expressions shorter than this")
+    p.add_argument(f"--num_{split}", type=_prepare_type(f"num_{split}"), help=f"ListOps: generated {split} examples")
+  p.add_argument("--min_length", type=_prepare_type("min_length"), help="ListOps: keep expressions longer "
+                 "than this (tokens)")
+  p.add_argument("--max_expression_length", type=_prepare_type("max_expression_length"),
+                 help="ListOps: keep expressions shorter than this (tokens; the model's length is data.max_length)")
   p.add_argument("--overwrite", action=BoolFlag, help="regenerate data that already exists")
-  p.add_argument("--resolution", type=int_at_least(1), help="Pathfinder: image side (32, 64, 128, 256)")
-  p.add_argument("--contour_length", type=int_at_least(1),
+  p.add_argument("--resolution", type=_prepare_type("resolution"), help="Pathfinder: image side (32, 64, 128, 256)")
+  p.add_argument("--contour_length", type=_prepare_type("contour_length"),
                  help="Pathfinder: 6 (easy), 9 (intermediate), 14 (hard)")
-  p.add_argument("--num_images", type=int_at_least(1), help="Pathfinder: images to make (release: 200000)")
-  p.add_argument("--images_per_batch", type=int_at_least(1), help="Pathfinder: images per imgs/<batch> folder")
-  p.add_argument("--workers", type=int_at_least(1), help="Pathfinder: generator processes (default: all cores)")
+  p.add_argument("--num_images", type=_prepare_type("num_images"), help="Pathfinder: images to make "
+                 "(release: 200000)")
+  p.add_argument("--images_per_batch", type=_prepare_type("images_per_batch"),
+                 help="Pathfinder: images per imgs/<batch> folder")
+  p.add_argument("--workers", type=_prepare_type("workers"), help="Pathfinder: generator processes (default: "
+                 "all cores)")
   p = _command(data, "download", "download and unpack the official LRA release tarball", _download, common)
   p.add_argument("what", choices=("lra-release",), help="what to download")
   _add_data_dir(p, output_dir)
@@ -401,7 +412,8 @@ def _add_check(commands, common) -> None:
   p.add_argument("--steps", type=int_at_least(1), help="training steps of the learnability run "
                  "(default: the smoke ListOps cell's)")
   _add_data_dir(p)
-  p.add_argument("--quick", action=BoolFlag, default=False, help="conformance table only: no timing, heatmap or training")
+  p.add_argument("--quick", action=BoolFlag, default=False,
+                 help="conformance table only: no timing, heatmap or training")
 
 
 def _add_new(commands, common) -> None:
@@ -450,7 +462,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def _data_dir(args: argparse.Namespace) -> str:
   """``--data_dir``, else ``$LRA_DATA_DIR`` or ``~/lra_data`` checked as the flag would be (``~`` expanded)."""
-  from lra_bench.training.config import ConfigError
   from tasks.base import default_data_dir
 
   if args.data_dir:
@@ -459,16 +470,24 @@ def _data_dir(args: argparse.Namespace) -> str:
   try:
     return args.data_dir_kind(default_data_dir())
   except argparse.ArgumentTypeError as err:
-    raise ConfigError(f"{where}: {err}; point LRA_DATA_DIR at a directory or pass --data_dir DIR") from None
+    raise UsageError(f"{where}: {err}; point LRA_DATA_DIR at a directory or pass --data_dir DIR") from None
+
+
+def flag_keys(command: str) -> dict[str, str]:
+  """Config key -> the flag of ``command`` that sets it (``FLAG_KEYS``; the suite's: its grid's)."""
+  if command == "suite":
+    from lra_bench.experiments import suite
+
+    return dict(suite.GRID_KEYS)
+  return FLAG_KEYS[command]
 
 
 def check_overrides(command: str, overrides: list[str]) -> None:
-  """A ConfigError for a ``--set`` of a key that ``command`` sets from its own flag (``FLAG_KEYS``)."""
-  from lra_bench.training.config import ConfigError
-
+  """A ConfigError for a ``--set`` of a key that ``command`` sets from its own flag (``flag_keys``)."""
+  keys = flag_keys(command)
   for item in overrides:
     key = item.split("=", 1)[0].strip()
-    flag = FLAG_KEYS[command].get(key)
+    flag = keys.get(key)
     if flag:
       raise ConfigError(f"--set {item}: {key} has its own flag; use {flag} instead of --set")
 
@@ -498,7 +517,7 @@ def _prepare(args: argparse.Namespace) -> str:
   for name in given:
     if name not in taken:
       takes = f"its flags: {', '.join('--' + n for n in taken)}" if taken else "it takes none of these flags"
-      raise config.ConfigError(f"data prepare {args.task}: --{name} does not apply to {args.task}; {takes}")
+      raise UsageError(f"data prepare {args.task}: --{name} does not apply to {args.task}; {takes}")
   options = config.load_config(args.protocol, args.task).data.prepare.to_dict() if args.protocol else {}
   options.update({name: getattr(args, name) for name in given})
   config.validate_prepare(options)  # the merged options: each flag passed alone, not all together
@@ -508,7 +527,7 @@ def _prepare(args: argparse.Namespace) -> str:
   try:
     return task.prepare(_data_dir(args), **options)
   except TypeError as err:  # an option this task does not take
-    raise config.ConfigError(f"data prepare {args.task}: {err}") from None
+    raise ConfigError(f"data prepare {args.task}: {err}") from None
 
 
 def _download(args: argparse.Namespace) -> str:
@@ -526,8 +545,8 @@ def _train(args: argparse.Namespace) -> int:
   check_overrides("train", args.set)
   data_dir = _data_dir(args)
   if args.process_id is not None and args.num_processes is None:
-    raise config.ConfigError(f"--process_id {args.process_id} needs --num_processes (the number of "
-                             "processes of the run)")
+    raise UsageError(f"--process_id {args.process_id} needs --num_processes (the number of "
+                     "processes of the run)")
   run_config = config.load_config(args.protocol, args.task, args.set, attention=args.attention, seed=args.seed)
   workdir = args.workdir or checked_output_dir(
       "--workdir", os.path.join("runs", args.protocol, args.task, f"{args.attention}_seed{args.seed}"))
@@ -541,20 +560,11 @@ def _train(args: argparse.Namespace) -> int:
   return 0
 
 
-def _launcher_kwargs(args: argparse.Namespace, run_suite: Callable[..., Any]) -> dict[str, Any]:
+def _launcher_kwargs(args: argparse.Namespace) -> dict[str, Any]:
   """``launcher``/``launcher_options`` for run_suite, only when asked for (the default runs as before)."""
-  import inspect
-
   options = {key: getattr(args, flag) for flag, key in LAUNCHER_OPTIONS.items()}
   if args.launcher == "inprocess" and all(value is None for value in options.values()):
     return {}
-  if "launcher" not in inspect.signature(run_suite).parameters:
-    from lra_bench.training.config import ConfigError
-
-    given = ["--launcher"] if args.launcher != "inprocess" else []
-    given += [f"--{flag}" for flag in LAUNCHER_OPTIONS if getattr(args, flag) is not None]
-    raise ConfigError(f"{', '.join(given)}: this lra_bench.experiments.suite has no launchers; "
-                      "run without these flags")
   return {"launcher": args.launcher, "launcher_options": options}
 
 
@@ -565,18 +575,17 @@ def _suite(args: argparse.Namespace) -> int:
   summary = suite.run_suite(args.protocol, args.tasks, args.attentions, args.seeds,
                             results_dir=args.results_dir, data_dir=_data_dir(args), overrides=args.set,
                             isolate=args.isolate, retry_failed=args.retry_failed,
-                            **_launcher_kwargs(args, suite.run_suite))
+                            **_launcher_kwargs(args))
   print("\n".join(summary.lines()))
   return summary.exit_code()  # 1: a cell failed or was left unfinished (CI sees it)
 
 
 def _bench(args: argparse.Namespace) -> str:
   from lra_bench.experiments import bench
-  from lra_bench.training.config import ConfigError
 
   check_overrides("bench", args.set)
   if args.compile_only and args.compile_only_from is not None:
-    raise ConfigError(f"--compile_only compiles every length and --compile_only_from {args.compile_only_from} "
+    raise UsageError(f"--compile_only compiles every length and --compile_only_from {args.compile_only_from} "
                       "only the lengths from there on; give one of them")
   summary = bench.run_bench(args.lengths, args.attentions, results_dir=args.results_dir,
                             batch_size=args.batch_size, mode=args.mode, warmup_steps=args.warmup_steps,
@@ -589,57 +598,49 @@ def _bench(args: argparse.Namespace) -> str:
 def _report(args: argparse.Namespace) -> str:
   from lra_bench.experiments import results
   from lra_bench.report import index
-  from lra_bench.training.config import ConfigError
 
   records = os.path.join(args.results_dir, results.RESULTS_FILE)
   if os.path.exists(args.results_dir) and not os.path.isdir(args.results_dir):
-    raise ConfigError(f"--results_dir: {args.results_dir} is a file, not a directory; pass the folder that "
+    raise UsageError(f"--results_dir: {args.results_dir} is a file, not a directory; pass the folder that "
                       f"holds {results.RESULTS_FILE}")
   if not os.path.isdir(args.results_dir):
-    raise ConfigError(f"--results_dir: {args.results_dir} does not exist; run lra-bench suite or bench "
+    raise UsageError(f"--results_dir: {args.results_dir} does not exist; run lra-bench suite or bench "
                       "with this --results_dir first")
   if not os.path.isfile(records) or not os.path.getsize(records):
-    raise ConfigError(f"--results_dir: {args.results_dir} has no records ({results.RESULTS_FILE} is "
+    raise UsageError(f"--results_dir: {args.results_dir} has no records ({results.RESULTS_FILE} is "
                       "missing or empty); run lra-bench suite or bench with this --results_dir first")
   problem = index.reference_problem(args.reference_dir)
   if problem:
-    raise ConfigError(f"--reference_dir: {problem}")
+    raise UsageError(f"--reference_dir: {problem}")
   out = args.out or checked_output_dir("--out", os.path.join(args.results_dir, "report"))
+  from lra_bench.training import steps, xla_stats
+
+  # The heatmaps' probe compiled as every other program of the package (and refused where it cannot fit).
   paths = index.write_report(args.results_dir, out, reference_dir=args.reference_dir,
                              attention_length=args.length,
-                             command="lra-bench " + " ".join(map(shlex.quote, sys.argv[1:])))
+                             command="lra-bench " + " ".join(map(shlex.quote, sys.argv[1:])),
+                             attention_compiler=steps.compile_run_once, attention_fits=xla_stats.check_fits)
   return f"wrote {len(paths)} files; start at {os.path.join(out, 'index.md')}"
 
 
 def _viz(args: argparse.Namespace) -> str:
   from lra_bench.report import viz
+  from lra_bench.training import steps, xla_stats
 
   return "\n".join(viz.plot_attention(args.name, args.out or viz.default_out(args.name, args.length),
-                                      args.length))
-
-
-def _import_helper(module: str, command: str):
-  """``lra_bench.<module>``, or a ConfigError saying this installation lacks ``command``."""
-  import importlib
-
-  from lra_bench.training.config import ConfigError
-
-  try:
-    return importlib.import_module(f"lra_bench.{module}")
-  except ModuleNotFoundError as err:
-    if err.name != f"lra_bench.{module}":
-      raise
-    raise ConfigError(f"{command} is not available: this installation has no lra_bench.{module}") from None
+                                      args.length, compiler=steps.compile_run_once, fits=xla_stats.check_fits))
 
 
 def _check(args: argparse.Namespace) -> int:
-  check = _import_helper("check", "lra-bench check")
+  from lra_bench import check
+
   return check.run_check(args.name, lengths=list(args.lengths), out=args.out, steps=args.steps,
                          data_dir=_data_dir(args), quick=args.quick)
 
 
 def _new_attention(args: argparse.Namespace) -> str:
-  scaffold = _import_helper("scaffold", "lra-bench new attention")
+  from lra_bench import scaffold
+
   style = {} if args.style == "linen" else {"style": args.style}  # the default needs no keyword
   return scaffold.new_attention(args.name, args.dir, **style)
 
@@ -649,16 +650,10 @@ def _new_attention(args: argparse.Namespace) -> str:
 
 
 def _load_plugins(modules: list[str]) -> None:
-  """``attention_zoo.load_plugins`` (the flag's modules, $LRA_BENCH_PLUGINS, entry points) where it exists."""
+  """``attention_zoo.load_plugins``: the flag's modules, $LRA_BENCH_PLUGINS, the entry points."""
   import attention_zoo
 
-  load = getattr(attention_zoo, "load_plugins", None)
-  if load is not None:
-    load(list(modules))
-  elif modules:
-    from lra_bench.training.config import ConfigError
-
-    raise ConfigError(f"--plugin {' '.join(modules)}: this attention_zoo cannot load plugins")
+  attention_zoo.load_plugins(list(modules))
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -669,53 +664,34 @@ def quiet_logs(verbose: bool) -> None:
       logging.getLogger(name).setLevel(logging.WARNING)
 
 
-# Errors that are one line for the user, exit 1: a record that could not be written, a checkpoint that
-# cannot be read, a workdir another process is training.
-IO_FAILURES = (("lra_bench.experiments.results", "RecordWriteError"),
-               ("lra_bench.training.checkpoints", "CheckpointError"),
-               ("lra_bench.experiments.cell", "WorkdirBusyError"))
-
-
-def _io_failure(err: BaseException) -> bool:
-  """Whether ``err`` is one of ``IO_FAILURES``.
-
-  Looked up in ``sys.modules`` so that commands which never touch them do not import orbax: an error of
-  those types can only exist once their module has been imported.
-  """
-  return any(isinstance(err, getattr(sys.modules.get(module), name, ()))
-             for module, name in IO_FAILURES)
+def exit_code(err: Exception) -> int | None:
+  """The exit status of an error whose message is for the user (printed as one line), else None (its
+  traceback is shown). Every ``errors.UserError`` is a ``ValueError`` and carries its ``exit_code``; so are
+  the zoo's and the tasks' errors for the user (``PluginError``, ``DataError``), and a bad value anywhere."""
+  if isinstance(err, (ValueError, TypeError)):
+    return getattr(err, "exit_code", 2)
+  return None
 
 
 def main(args: argparse.Namespace) -> int:
-  import attention_zoo
-  from lra_bench.training.config import ConfigError
-  from tasks import DataError, MissingDataError
-  from tasks.download import DownloadError
+  from tasks import MissingDataError
 
   quiet_logs(args.verbose)
-  plugin_error = getattr(attention_zoo, "PluginError", ConfigError)
   try:
     _load_plugins([*args.top_plugins, *args.plugin])
     result = args.handler(args)
   except MissingDataError as err:  # one line: what is missing and the command that makes it
     print("error: no data: " + " ".join(line.strip() for line in str(err).splitlines()), file=sys.stderr)
     return 1
-  except (plugin_error, ConfigError, DataError, DownloadError, ValueError, TypeError) as err:
-    print(f"error: {err}", file=sys.stderr)
-    return 2
-  except (OSError, RuntimeError) as err:
-    if not _io_failure(err):
-      raise
-    print(f"error: {err}", file=sys.stderr)
-    return 1
-  except MemoryError as err:  # xla_stats.check_fits: a program refused before it ran (e.g. viz --length)
-    if not isinstance(err, getattr(sys.modules.get("lra_bench.training.xla_stats"), "MemoryEstimateError", ())):
-      raise
-    print(f"error: {err}", file=sys.stderr)
-    return 2
   except KeyboardInterrupt as err:  # Ctrl-C: where it stopped (a run says its step), not a traceback
     print(f"error: {err or 'interrupted; rerun the same command to resume'}", file=sys.stderr)
     return 130
+  except Exception as err:
+    code = exit_code(err)
+    if code is None:
+      raise
+    print(f"error: {err}", file=sys.stderr)
+    return code
   if isinstance(result, int):
     return result
   print(result)

@@ -1,4 +1,4 @@
-"""Files written whole or not at all: the package's one atomic writer.
+"""Files written whole or not at all: the package's one atomic writer (and its one path normaliser).
 
 ``write_atomic(path, data)`` writes ``data`` to a temporary file beside ``path`` (one checked
 ``os.write``, fsynced), gives it the mode ``open(path, "w")`` would (``0o666`` less the umask: 0644
@@ -13,6 +13,12 @@ import contextlib
 import errno
 import os
 import tempfile
+
+
+def absolute(path: str) -> str:
+  """``path`` made absolute, ``~`` expanded: the package's one path normaliser. orbax refuses relative
+  checkpoint paths, and a record must name its directories wherever it is read from."""
+  return os.path.abspath(os.path.expanduser(path))
 
 
 def umask() -> int:

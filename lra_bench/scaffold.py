@@ -18,7 +18,7 @@ import re
 import shlex
 
 import attention_zoo
-from lra_bench.training.config import ConfigError
+from lra_bench.errors import ConfigError
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 

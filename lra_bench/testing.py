@@ -11,7 +11,7 @@ author runs them on theirs::
 
     @pytest.mark.parametrize("check", testing.CHECKS)   # or one test per property
     def test_my_core(check):
-      result = testing.run_check("my_attention", check)
+      result = testing.check_one("my_attention", check)
       if result.passed is None:
         pytest.skip(result.detail)
       assert result.passed, f"{result.measured}; {result.detail}"
@@ -43,6 +43,15 @@ declare). The checks (``CHECKS``):
   stream), and with ``deterministic=True`` the dropout key changes nothing;
 - ``dropout_unbiased``: averaged over many dropout keys the output is the deterministic one (inverted
   dropout), and one sample is not (dropout does something).
+
+The kit also owns the effective-matrix probe (docs/ARCHITECTURE.md, "The effective matrix"): every core is
+linear in ``value``, so with one head and ``value = eye(L)`` its output *is* the matrix P [L, L] it
+applies to the values (row i: the weights query i gives every key). ``effective_matrix`` (op by op, or
+compiled), ``effective_attention`` (one core, random queries and keys: what the report's heatmaps draw)
+and ``init_and_apply`` are the one probe: these checks, the report's heatmaps (``lra_bench.report.viz``)
+and the per-core tests (``tests/attention_probe.py``) all feed cores through it. The kit imports no part
+of ``lra_bench`` beside itself: whoever runs the probe where memory is scarce passes its own compiler
+and memory check (``effective_attention(compiler=..., before_run=...)``).
 """
 
 from __future__ import annotations
@@ -76,7 +85,7 @@ class Check:
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """Shapes and sample sizes of the checks (``run_check(..., **opts)`` overrides any field).
+  """Shapes and sample sizes of the checks (``check_one(..., **opts)`` overrides any field).
 
   ``length`` is deliberately not a multiple of any block size or a square; ``causal_length`` spans
   several blocks / chunks / windows of most cores' defaults, where a data-dependent grouping could
@@ -105,14 +114,19 @@ INPUTS = ("query", "key")  # what AttentionConfig.ignores may name
 # ~0.65 / sqrt(n) (0.02 at 1024); a missing 1/(1 - p) gives 0.3. The tolerance scales with 1/sqrt(n).
 DROPOUT_MEAN = 0.06     # at 1024 samples
 
-# The RNG streams every check uses: params, dropout, attention (random features, hashing, ...).
-_SEEDS = {"params": 0, "dropout": 1, "attention": 2}
+STREAMS = ("params", "dropout", "attention")  # the flax RNG streams a core may use
+
+
+def probe_rngs(seed: int = 0, streams: tuple[str, ...] = STREAMS) -> dict[str, Any]:
+  """The RNG keys of the probe and of every check: ``params`` key(seed), ``dropout`` key(seed + 1),
+  ``attention`` key(seed + 2) (random features, hashing, ...); only those of ``streams``."""
+  import jax
+
+  return {s: jax.random.key(seed + STREAMS.index(s)) for s in streams}
 
 
 def _rngs(*streams: str) -> dict[str, Any]:
-  import jax
-
-  return {s: jax.random.key(_SEEDS[s]) for s in streams}
+  return probe_rngs(0, streams)
 
 
 def random_qkv(seed: int, batch: int, length: int, heads: int, head_dim: int, value_dim: int,
@@ -143,26 +157,99 @@ def _create(name: str, **overrides):
   return attention_zoo.create_attention(name, **overrides)
 
 
-def _compiled(core, q, k, v, mask=None, deterministic=True):
-  """(variables, apply): ``core`` initialised on these inputs and ``apply(q, k, v, mask)`` under
-  ``jax.jit`` (one compile per input shape instead of op-by-op dispatch)."""
+# ----------------------------------------------------------------------------------------------------
+# The effective-matrix probe (the module docstring; docs/ARCHITECTURE.md, "The effective matrix").
+
+
+def init_variables(core, q, k, v, mask=None, *, seed=0):
+  """``core``'s variables for these inputs: ``core.init`` with ``probe_rngs(seed)``, deterministic."""
+  return core.init(probe_rngs(seed), q, k, v, mask=mask, deterministic=True)
+
+
+def init_and_apply(core, q, k, v, mask=None, *, deterministic=True, seed=0, variables=None):
+  """Initializes ``core`` on these inputs (unless ``variables`` is given) and applies it; (out, variables).
+
+  Streams: ``probe_rngs(seed)`` (``params`` key(seed), ``dropout`` key(seed + 1), ``attention``
+  key(seed + 2)).
+  """
+  if variables is None:
+    rngs = probe_rngs(seed)
+    variables = core.init(rngs, q, k, v, mask=mask, deterministic=True)  # init_variables, same keys
+  else:
+    rngs = probe_rngs(seed, ("dropout", "attention"))
+  out = core.apply(variables, q, k, v, mask=mask, deterministic=deterministic,
+                   rngs={"dropout": rngs["dropout"], "attention": rngs["attention"]}, mutable=False)
+  return out, variables
+
+
+def _compiled(core, q, k, v, mask=None, deterministic=True, seed=0, variables=None):
+  """(variables, apply): ``core`` initialised on these inputs (under ``jax.jit``, unless ``variables``
+  is given) and ``apply(q, k, v, mask)`` = ``init_and_apply``'s output under ``jax.jit`` (one compile
+  per input shape instead of op-by-op dispatch)."""
   import jax
 
-  variables = jax.jit(lambda q, k, v, m: core.init(_rngs("params", "dropout", "attention"), q, k, v,
-                                                   mask=m))(q, k, v, mask)
-  rngs = _rngs("dropout", "attention")
-  return variables, jax.jit(lambda q, k, v, m=None: core.apply(variables, q, k, v, mask=m,
-                                                               deterministic=deterministic, rngs=rngs))
+  if variables is None:
+    variables = jax.jit(lambda q, k, v, m: init_variables(core, q, k, v, m, seed=seed))(q, k, v, mask)
+  return variables, jax.jit(lambda q, k, v, m=None: init_and_apply(
+      core, q, k, v, m, deterministic=deterministic, seed=seed, variables=variables)[0])
 
 
-def _effective(core, q, k, mask=None) -> np.ndarray:
-  """The effective matrix P [B, L, L] of ``core`` (value = identity; one head), compiled once."""
+def identity_values(q):
+  """``value = eye(L)`` for one head: [B, L, 1, L] in the queries' dtype."""
   import jax.numpy as jnp
 
   batch, length = q.shape[:2]
-  eye = jnp.broadcast_to(jnp.eye(length, dtype=q.dtype)[None, :, None, :], (batch, length, 1, length))
-  _, apply = _compiled(core, q, k, eye, mask)
+  return jnp.broadcast_to(jnp.eye(length, dtype=q.dtype)[None, :, None, :], (batch, length, 1, length))
+
+
+def effective(core, q, k, mask=None, variables=None, seed=0):
+  """``effective_matrix`` as a traceable function (a jax array [B, L, L]): what a caller compiles."""
+  out, _ = init_and_apply(core, q, k, identity_values(q), mask, variables=variables, seed=seed)
+  return out[:, :, 0, :]
+
+
+def effective_matrix(core, q, k, mask=None, variables=None, seed=0, *, jit: bool = False) -> np.ndarray:
+  """P [B, L, L] of ``core`` for one-head ``q, k`` [B, L, 1, D]: its output for ``value = eye(L)``.
+
+  Op by op, or with ``jit`` compiled as the checks run it (initialisation and application under
+  ``jax.jit`` each, the identity passed as the values: one compile per input shape).
+  """
+  if not jit:
+    return np.asarray(effective(core, q, k, mask, variables, seed))
+  eye = identity_values(q)
+  _, apply = _compiled(core, q, k, eye, mask, seed=seed, variables=variables)
   return np.asarray(apply(q, k, eye, mask)[:, :, 0, :])
+
+
+def _jit_compiled(fn, *args):
+  """``jax.jit(fn)`` compiled for ``args`` (the probe's default compiler)."""
+  import jax
+
+  return jax.jit(fn).lower(*args).compile()
+
+
+def effective_attention(name: str, length: int = 64, *, head_dim: int = 16, seed: int = 0, scale: float = 0.5,
+                        compiler: Callable | None = None, before_run: Callable[[Any], None] | None = None,
+                        **overrides) -> np.ndarray:
+  """P [L, L] of core ``name`` (default config + ``overrides``) for one random head: one compiled program.
+
+  ``scale`` multiplies the N(0, 1) queries and keys: below 1 the softmax is soft enough that every
+  pair a core lets interact gets visible weight, so the picture shows the core's support.
+  ``compiler(fn, q, k)`` returns the compiled probe (default: ``jax.jit``; the command line passes
+  ``training.steps.compile_run_once``, which compiles a program run once faster on CPU), and
+  ``before_run(compiled)`` may refuse it before it runs (the command line's memory check).
+  """
+  import jax
+
+  kq, kk, _ = jax.random.split(jax.random.key(seed), 3)  # the queries and keys of earlier reports
+  q = scale * jax.random.normal(kq, (1, length, 1, head_dim))
+  k = scale * jax.random.normal(kk, (1, length, 1, head_dim))
+  core = attention_zoo.create_attention(name, **overrides)
+  # One compiled program per core: op by op, the report's grid of 46 cores took 51 s; compiled, 10 s.
+  probe = (compiler or _jit_compiled)(lambda q, k: effective(core, q, k, seed=seed), q, k)
+  if before_run is not None:
+    before_run(probe)
+  return np.asarray(probe(q, k))[0]
 
 
 # Several checks read the same probe; it is computed once per (core class, config, shapes).
@@ -188,7 +275,7 @@ def _padded_probe(name: str, o: Options) -> tuple[np.ndarray, np.ndarray]:
   def compute():
     q, k, _ = random_qkv(5, 3, o.length, 1, 8, 1)
     mask = padding_masks(o.length, o.pad)
-    return _effective(_create(name), q, k, mask), mask
+    return effective_matrix(_create(name), q, k, mask, jit=True), mask
   return _memo(("padded_probe", *_core_key(name), o.length, o.pad), compute)
 
 
@@ -219,7 +306,7 @@ def _check_config(name: str, o: Options):
   if getattr(config, "causal", None) is not False:
     problems.append(f"causal defaults to {getattr(config, 'causal', None)!r}, not False")
   try:
-    setattr(config, "causal", True)  # a fresh instance: harmless if it is (wrongly) mutable
+    config.causal = True  # a fresh instance: harmless if it is (wrongly) mutable
     problems.append("config is not frozen")
   except dataclasses.FrozenInstanceError:
     pass
@@ -447,7 +534,7 @@ def _check_support(name: str, o: Options):
   if support is None:
     return None, "-", "declares no fixed support"
   q, k, _ = random_qkv(5, 1, o.length, 1, 8, 1)
-  p = _effective(_create(name), q, k)[0]
+  p = effective_matrix(_create(name), q, k, jit=True)[0]
   outside = _max_abs(p[~np.asarray(support, bool)])
   ok = outside <= SUPPORT
   return ok, f"max |P| outside support {_fmt(outside)}", "" if ok else \
@@ -464,7 +551,7 @@ def _check_causal(name: str, o: Options):
   except NotImplementedError as err:
     return None, "-", f"no causal form: {err}"
   q, k, v = random_qkv(7, 1, o.length, 1, 8, 8)
-  p = _effective(core, q, k)[0]
+  p = effective_matrix(core, q, k, jit=True)[0]
   ahead = _max_abs(np.triu(p, 1))
   rows = np.ones(o.length, bool)
   problems = []
@@ -555,8 +642,9 @@ def _options(quick: bool, opts: dict[str, Any]) -> Options:
   return dataclasses.replace(QUICK if quick else Options(), **opts)
 
 
-def run_check(name: str, check: str, **opts: Any) -> Check:
+def check_one(name: str, check: str, **opts: Any) -> Check:
   """Runs one check on the core registered as ``name``; ``opts``: ``quick`` and ``Options`` fields.
+  (``lra_bench.check.run_check`` is the other thing: the whole verdict of ``lra-bench check``.)
 
   A core that raises is a failed check whose detail is the error (never an exception here); an unknown
   attention or check name raises ValueError.
@@ -584,7 +672,7 @@ def run_conformance(name: str, *, quick: bool = False,
   """Every check in ``CHECKS`` on ``name``; ``progress(check)`` is called after each one."""
   results = []
   for check in CHECKS:
-    results.append(run_check(name, check, quick=quick))
+    results.append(check_one(name, check, quick=quick))
     if progress is not None:
       progress(results[-1])
   return results

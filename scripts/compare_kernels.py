@@ -30,7 +30,8 @@ For an efficient core the ratios say when it beats exact attention at that lengt
 for ``vanilla`` / ``flash`` they say what our exact cores cost over JAX's own. Timings depend on the
 machine and its load: compare ratios from one run, never absolute numbers across machines.
 
-    python scripts/compare_kernels.py --lengths 1024,4096 --batch_sizes 1,8 --attentions vanilla,performer,performer_relu
+    python scripts/compare_kernels.py --lengths 1024,4096 --batch_sizes 1,8 \
+        --attentions vanilla,performer,performer_relu
     python scripts/compare_kernels.py --causal --attentions performer,performer_relu --references ''
 
 (``--references ''``: the own column only, which skips the slow exact references at long lengths.)

@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-
 import attention_zoo
+from lra_bench.report.plots import fit_slope
 
 
 def core_flops(name: str, length: int, heads: int = 4, head_dim: int = 64) -> float:
@@ -40,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
   print("|---|" + "---:|" * (len(lengths) + 1))
   for name in names:
     flops = [core_flops(name, n) for n in lengths]
-    slope = np.polyfit(np.log(lengths), np.log(flops), 1)[0] if len(lengths) > 1 else float("nan")
+    slope = fit_slope(lengths, flops)
+    slope = float("nan") if slope is None else slope
     print(f"| {name} | " + " | ".join(f"{f / 1e9:.2f}" for f in flops) + f" | {slope:.2f} |", flush=True)
   return 0
 

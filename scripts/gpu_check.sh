@@ -95,8 +95,8 @@ else
     for name in test_attention_kernels test_combiner; do
       [ -f "tests/$name.py" ] && TESTS+=("tests/$name.py")
     done
-    for module in attention_zoo/*.py; do  # the cores' own tests are named after their module
-      test="tests/test_$(basename "$module")"
+    for module in attention_zoo/*.py; do  # the cores' own tests are named after their module (_x.py: test_x.py)
+      base="$(basename "$module")"; test="tests/test_${base#_}"
       [ -f "$test" ] && TESTS+=("$test")
     done
   fi

@@ -26,8 +26,8 @@ Clocks: on a shared machine a pinned, single-threaded process waits for its CPU,
 the load as much as the program. The step, eval, data and core times are therefore the process's CPU
 seconds (``time.process_time``: what the cell costs on a quiet core; with one XLA thread and tf.data
 idle behind its prefetch buffer they are the step's own work); the wall medians are kept beside them
-(``step_wall_s``, ``eval_wall_s``). With ``--threads 0`` every time is wall time. Compile, log and checkpoint times are wall seconds (they wait on
-the disk).
+(``step_wall_s``, ``eval_wall_s``). With ``--threads 0`` every time is wall time. Compile, log and checkpoint
+times are wall seconds (they wait on the disk).
 
 Threads: by default (``--threads 1``) XLA runs on one thread (``--xla_cpu_multi_thread_eigen=false
 intra_op_parallelism_threads=1``) and the process is pinned to one CPU (``--cpu``, default 1), so the

@@ -1,7 +1,7 @@
 """The task contract (docs/ARCHITECTURE.md, CONTRACT 2): what every LRA task provides.
 
-A task knows how to make or find its data (``prepare``), how to read one split into fixed-length int32
-examples (``examples``), and how to batch them (``dataset``, shared here). Batches are dicts:
+A task knows how to make or find its data (``prepare``) and how to read one split into fixed-length int32
+examples (``examples``); batching them is shared (``batched``). Batches are dicts:
 ``{"inputs": int32[B, T], "targets": int32[B]}`` or, for dual-input tasks,
 ``{"inputs1", "inputs2", "targets"}``; pad id is 0.
 """
@@ -93,17 +93,21 @@ def import_tfds():
   return tfds
 
 
-# The smallest allowed value of every ``data prepare`` count and length (the one table: the tasks'
-# ``prepare`` and ``lra_bench.training.config.validate_prepare`` both check against it). Every split
-# gets at least one example: an empty validation or test split would train to a meaningless record.
-PREPARE_MINIMUMS = {"num_train": 1, "num_val": 1, "num_test": 1, "num_images": 1, "images_per_batch": 1,
-                    "workers": 1, "min_length": 0, "max_length": 2, "resolution": 1, "contour_length": 1}
+MAX_SEED = 2**31 - 1  # seeds feed jax.random.PRNGKey and tf.data; both take any value up to here
+# The allowed range (low, high; None: no bound) of every ``data prepare`` count, length and seed: the one
+# table that the ``data prepare`` flags, ``lra_bench.training.config.validate_prepare`` and the tasks'
+# ``prepare`` (``check_count``) all read. Every split gets at least one example: an empty validation or
+# test split would train to a meaningless record.
+PREPARE_RANGES = {"num_train": (1, None), "num_val": (1, None), "num_test": (1, None), "num_images": (1, None),
+                  "images_per_batch": (1, None), "workers": (1, None), "min_length": (0, None),
+                  "max_expression_length": (2, None), "resolution": (1, None), "contour_length": (1, None),
+                  "seed": (0, MAX_SEED)}
 
 
 def check_count(task: str, option: str, value) -> int:
-  """A ``data prepare`` count or length (``PREPARE_MINIMUMS``): an int >= its minimum, else DataError
+  """A ``data prepare`` count or length (``PREPARE_RANGES``): an int >= its minimum, else DataError
   naming the option and the value (a negative count used to generate nothing, or crash later)."""
-  minimum = PREPARE_MINIMUMS[option]
+  minimum = PREPARE_RANGES[option][0]
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
     raise DataError(f"data prepare {task}: --{option} must be an integer >= {minimum}, got {value!r}")
   if value < minimum:
@@ -111,10 +115,11 @@ def check_count(task: str, option: str, value) -> int:
   return int(value)
 
 
-def length_range_error(min_length: int, max_length: int) -> str | None:
-  """Why ``min_length < length < max_length`` holds no length, or None (lengths strictly between)."""
-  if min_length >= max_length - 1:
-    return (f"--min_length {min_length} must be below --max_length {max_length} - 1 "
+def length_range_error(min_length: int, max_expression_length: int) -> str | None:
+  """Why ``min_length < length < max_expression_length`` holds no length, or None (lengths strictly
+  between)."""
+  if min_length >= max_expression_length - 1:
+    return (f"--min_length {min_length} must be below --max_expression_length {max_expression_length} - 1 "
             "(lengths strictly between them are kept)")
   return None
 
@@ -160,7 +165,7 @@ def default_data_dir() -> str:
 
 class Task:
   """Base class of the LRA tasks. Subclasses set the class attributes and implement
-  ``prepare`` and ``examples``; ``dataset`` (shuffle / repeat / batch / prefetch) is shared."""
+  ``prepare`` and ``examples``; batching (``batched``: shuffle / repeat / batch / prefetch) is shared."""
 
   name: ClassVar[str]
   num_classes: ClassVar[int]
@@ -187,14 +192,6 @@ class Task:
     parts = ["lra-bench", "data", "prepare", self.name, f"--data_dir={data_dir}"]
     parts += [f"--{key}={value}" for key, value in sorted(options.items())]
     return shlex.join(parts)
-
-  def dataset(self, data_dir: str, split: str, batch_size: int, *, max_length: int | None = None,
-              seed: int = 0, repeat: bool = False, shuffle_buffer: int = 1024, **options):
-    """Batched ``tf.data.Dataset`` of one split; deterministic given ``seed`` (see ``batched``)."""
-    if split not in SPLITS:
-      raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
-    examples = self.examples(data_dir, split, max_length=max_length or self.max_length, **options)
-    return batched(examples, batch_size, seed=seed, repeat=repeat, shuffle_buffer=shuffle_buffer)
 
 
 def batched(examples: Examples, batch_size: int, *, seed: int = 0, repeat: bool = False,

@@ -22,13 +22,16 @@ import time
 import urllib.error
 import urllib.request
 
+from tasks.base import DataError
+
 LRA_RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"  # LRA README
 CHUNK = 1 << 20
 TRANSIENT_HTTP = (429, 500, 502, 503, 504)  # too many requests, server errors: retried like a cut transfer
 
 
-class DownloadError(RuntimeError):
-  """The transfer failed or the file does not match its expected size / checksum."""
+class DownloadError(DataError):
+  """The transfer failed or the file does not match its expected size / checksum (the message says which,
+  and whether rerunning resumes it)."""
 
 
 def _total_size(response, offset: int) -> int | None:

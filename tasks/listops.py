@@ -109,10 +109,10 @@ def evaluate(tree: Tree) -> int:
   raise ValueError(f"unknown operator {op!r}")
 
 
-def generate(num_examples: int, *, seed: int, min_length: int = 500, max_length: int = 2000,
+def generate(num_examples: int, *, seed: int, min_length: int = 500, max_expression_length: int = 2000,
              max_depth: int = 10, max_args: int = 10, value_p: float = 0.25,
              progress: bool = True) -> list[tuple[str, int]]:
-  """``num_examples`` distinct (source, label) pairs with ``min_length < length < max_length``,
+  """``num_examples`` distinct (source, label) pairs with ``min_length < length < max_expression_length``,
   shuffled with the seeded RNG."""
   from tqdm import tqdm
 
@@ -122,10 +122,10 @@ def generate(num_examples: int, *, seed: int, min_length: int = 500, max_length:
     while len(seen) < num_examples:
       try:
         tree, length = generate_tree(rng, max_depth=max_depth, max_args=max_args, value_p=value_p,
-                                     budget=max_length)
+                                     budget=max_expression_length)
       except _TooLong:
         continue
-      if min_length < length < max_length:
+      if min_length < length < max_expression_length:
         source = to_source(tree)
         if source not in seen:
           seen[source] = evaluate(tree)
@@ -162,6 +162,14 @@ def _short_files(data_dir: str, options: dict) -> str | None:
     if count != expected:
       return f"{path} holds {count} examples, its metadata {expected}"
   return None
+
+
+def _meta_options(meta: dict) -> dict:
+  """A metadata file's options under today's names: data prepared before the generator's bound was
+  renamed holds ``max_length`` for ``max_expression_length`` (the same data, kept)."""
+  if "max_length" in meta and "max_expression_length" not in meta:
+    meta = {("max_expression_length" if k == "max_length" else k): v for k, v in meta.items()}
+  return meta
 
 
 def num_tokens(source: str) -> int:
@@ -264,28 +272,30 @@ class ListOps(Task):
 
   def prepare(self, data_dir: str, *, name: str = "basic", num_train: int = 96_000,
               num_val: int = 2_000, num_test: int = 2_000, seed: int = 0, min_length: int = 500,
-              max_length: int = 2000, overwrite: bool = False, progress: bool = True) -> str:
+              max_expression_length: int = 2000, overwrite: bool = False, progress: bool = True) -> str:
     """Generates ``<data_dir>/listops-1000/<name>_{train,val,test}.tsv`` (idempotent, atomic).
 
     Existing files with the same generation options are kept; existing files from elsewhere (e.g. the
-    official release) are never overwritten unless ``overwrite=True``.
+    official release) are never overwritten unless ``overwrite=True``. ``max_expression_length`` bounds
+    the generated expressions (tokens); the model's sequence length is ``data.max_length``.
     """
-    num_train, num_val, num_test, min_length, max_length = (
+    num_train, num_val, num_test, min_length, max_expression_length = (
         check_count(self.name, option, value) for option, value in
         (("num_train", num_train), ("num_val", num_val), ("num_test", num_test), ("min_length", min_length),
-         ("max_length", max_length)))
-    problem = length_range_error(min_length, max_length)
+         ("max_expression_length", max_expression_length)))
+    problem = length_range_error(min_length, max_expression_length)
     if problem:
       raise DataError(f"data prepare {self.name}: {problem}")
     check_name(self.name, name)
     out_dir = os.path.join(data_dir, SUBDIR)
     options = dict(name=name, num_train=num_train, num_val=num_val, num_test=num_test, seed=seed,
-                   min_length=min_length, max_length=max_length, generator="lra-bench listops v1")
+                   min_length=min_length, max_expression_length=max_expression_length,
+                   generator="lra-bench listops v1")
     meta_path = os.path.join(out_dir, f"{name}_meta.json")
     paths = [_split_path(data_dir, s, name) for s in SPLIT_FILES]
     if all(map(os.path.exists, paths)) and not overwrite:
       if os.path.exists(meta_path):
-        if read_meta(meta_path, "pass --overwrite to regenerate the data") == options:
+        if _meta_options(read_meta(meta_path, "pass --overwrite to regenerate the data")) == options:
           short = _short_files(data_dir, options)
           if not short:
             logging.info("ListOps data already prepared in %s", out_dir)
@@ -299,7 +309,7 @@ class ListOps(Task):
                    "keeping them", out_dir)
       return out_dir
     pairs = generate(num_train + num_val + num_test, seed=seed, min_length=min_length,
-                     max_length=max_length, progress=progress)
+                     max_expression_length=max_expression_length, progress=progress)
     cuts = {"train": pairs[:num_train], "validation": pairs[num_train:num_train + num_val],
             "test": pairs[num_train + num_val:]}
     os.makedirs(out_dir, exist_ok=True)
@@ -328,8 +338,8 @@ class ListOps(Task):
     if not os.path.exists(meta_path):
       return  # the official release or a user's own files: nothing promised
     command = self.prepare_command(data_dir, name=name)
-    meta = read_meta(meta_path, f"delete it and regenerate the data: {command} --overwrite (with the options "
-                     "it was made with)")
+    meta = _meta_options(read_meta(meta_path, f"delete it and regenerate the data: {command} --overwrite (with "
+                                   "the options it was made with)"))
     expected = meta.get(f"num_{SPLIT_FILES[split]}")
     if isinstance(expected, int) and count != expected:
       options = {k: v for k, v in meta.items() if k != "generator"}

@@ -8,7 +8,7 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES_FOR_TF", "")
 # attention cores ~2-4x faster and does not change results.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def listops_dir(tmp_path_factory):
 
   root = str(tmp_path_factory.mktemp("lra_data"))
   get_task("listops").prepare(root, name="tiny", num_train=120, num_val=40, num_test=37, seed=0,
-                              min_length=10, max_length=64, progress=False)
+                              min_length=10, max_expression_length=64, progress=False)
   return root
 
 

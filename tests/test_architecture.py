@@ -1,6 +1,8 @@
-"""The shape of lra_bench (docs/ARCHITECTURE.md): the import graph of its modules, read from their source,
-has no cycle and no upward edge (training <- experiments <- report, the CLI on top); and the repository
-points to no document outside itself."""
+"""The shape of lra_bench (docs/ARCHITECTURE.md): the import graph of its modules, read from their source
+(imports inside functions and ``import_module("...")`` of a literal name included), has no cycle and no
+upward edge (the ground modules <- training <- experiments <- report, the command modules on top); every
+module has a layer; the report reads records and never imports training; and the repository points to no
+document outside itself."""
 
 import ast
 import os
@@ -10,7 +12,12 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, "lra_bench")
-LAYER = {"training": 0, "experiments": 1, "report": 2, "cli": 3, "__main__": 4}
+# A module may import modules of its own layer or below. Layer 0, the ground: modules that import no
+# other part of lra_bench but each other (errors: the base of the user-facing errors; files: the atomic
+# writer; testing: the conformance kit and the effective-matrix probe, which imports only attention_zoo,
+# so it can never reach training). The command modules (cli, check, scaffold) share the top layer.
+LAYER = {"errors": 0, "files": 0, "testing": 0, "training": 1, "experiments": 2, "report": 3,
+         "cli": 4, "check": 4, "scaffold": 4, "__main__": 5}
 
 
 def _module_name(path: str) -> str:
@@ -30,12 +37,16 @@ def import_graph() -> dict[str, set[str]]:
     with open(path) as f:
       tree = ast.parse(f.read())
     edges = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(tree):  # every node: imports inside functions count too
       if isinstance(node, ast.Import):
         edges.update(a.name for a in node.names)
       elif isinstance(node, ast.ImportFrom) and node.module:
         edges.add(node.module)
         edges.update(f"{node.module}.{a.name}" for a in node.names)
+      elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+            in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)):
+        edges.add(node.args[0].value)
     graph[module] = {e for e in edges if e in modules and e != module}
   return graph
 
@@ -43,6 +54,19 @@ def import_graph() -> dict[str, set[str]]:
 def _layer(module: str) -> int | None:
   parts = module.split(".")
   return LAYER.get(parts[1]) if len(parts) > 1 else None  # the package root is below every layer
+
+
+def test_every_module_has_a_layer():
+  unplaced = sorted(m for m in import_graph() if m != "lra_bench" and _layer(m) is None)
+  assert not unplaced, f"add these to LAYER: {unplaced}"
+
+
+def test_the_report_never_imports_training():
+  """The report reads records (and the published references, ``configs/``, the kit's probe): whatever it
+  needs from a run, the record carries (docs/ARCHITECTURE.md, after the data flow)."""
+  offending = sorted((m, e) for m, edges in import_graph().items() if m.startswith("lra_bench.report")
+                     for e in edges if e == "lra_bench.training" or e.startswith("lra_bench.training."))
+  assert not offending, offending
 
 
 def test_no_upward_import():

@@ -10,6 +10,7 @@ import types
 import pytest
 
 import attention_zoo
+import lra_bench
 from lra_bench import cli as cli_lib
 
 from tests.conftest import tiny_overrides
@@ -53,7 +54,7 @@ def test_bad_input_is_one_clear_line(args, message):
 def test_prepare_then_train(tmp_path):
   data_dir = str(tmp_path / "data")
   proc = cli("data", "prepare", "listops", f"--data_dir={data_dir}", "--name=tiny", "--num_train=64",
-             "--num_val=16", "--num_test=16", "--min_length=10", "--max_length=64")
+             "--num_val=16", "--num_test=16", "--min_length=10", "--max_expression_length=64")
   assert proc.returncode == 0, proc.stderr
   assert os.path.exists(os.path.join(data_dir, "listops-1000", "tiny_train.tsv"))
   proc = cli("train", "--task=listops", "--protocol=smoke", f"--data_dir={data_dir}",
@@ -135,40 +136,28 @@ def test_boolean_flags_and_defaults():
 
 
 def test_suite_launcher_options_reach_run_suite():
-  def new_run_suite(*args, launcher="inprocess", launcher_options=None, **kwargs):
-    return None
-
-  def old_run_suite(*args, **kwargs):
-    return None
-
   plain = cli_lib.parse(["lra-bench", "suite", "--results_dir=/tmp/r"])
-  assert cli_lib._launcher_kwargs(plain, old_run_suite) == {}
+  assert cli_lib._launcher_kwargs(plain) == {}
   slurm = cli_lib.parse(["lra-bench", "suite", "--results_dir=/tmp/r", "--launcher=slurm", "--partition=gpu",
                      "--gpus_per_task=1", "--time_limit=90", "--array_size=8", "--cpus_per_task=4",
                      "--log_dir=/tmp/r/logs", "--workers=3"])
-  assert cli_lib._launcher_kwargs(slurm, new_run_suite) == {"launcher": "slurm", "launcher_options": {
+  assert cli_lib._launcher_kwargs(slurm) == {"launcher": "slurm", "launcher_options": {
       "workers": 3, "partition": "gpu", "gpus_per_task": 1, "time_limit_min": 90, "array_size": 8,
       "cpus_per_task": 4, "log_dir": "/tmp/r/logs"}}
   local = cli_lib.parse(["lra-bench", "suite", "--results_dir=/tmp/r", "--launcher=local"])
-  assert cli_lib._launcher_kwargs(local, new_run_suite)["launcher_options"]["workers"] is None
-  with pytest.raises(ValueError, match="--launcher: this lra_bench.experiments.suite has no launchers"):
-    cli_lib._launcher_kwargs(local, old_run_suite)
+  assert cli_lib._launcher_kwargs(local)["launcher_options"]["workers"] is None
 
 
 def test_plugins_are_loaded_before_the_command(monkeypatch, capsys):
   loaded = []
-  monkeypatch.setattr(attention_zoo, "load_plugins", loaded.extend, raising=False)
+  monkeypatch.setattr(attention_zoo, "load_plugins", loaded.extend)
   args = cli_lib.parse(["lra-bench", "--plugin", "a.b", "list", "tasks", "--plugin=c"])
   assert cli_lib.main(args) == 0
   assert loaded == ["a.b", "c"] and "listops" in capsys.readouterr().out
 
-  class PluginError(ValueError):
-    pass
-
   def broken(modules):
-    raise PluginError("plugin 'a.b' failed to import: ModuleNotFoundError: No module named 'a'")
+    raise attention_zoo.PluginError("plugin 'a.b' failed to import: ModuleNotFoundError: No module named 'a'")
 
-  monkeypatch.setattr(attention_zoo, "PluginError", PluginError, raising=False)
   monkeypatch.setattr(attention_zoo, "load_plugins", broken)
   assert cli_lib.main(cli_lib.parse(["lra-bench", "list", "--plugin=a.b"])) == 2
   assert capsys.readouterr().err == "error: plugin 'a.b' failed to import: ModuleNotFoundError: No module named 'a'\n"
@@ -178,8 +167,9 @@ def test_check_and_new_attention_call_their_modules(monkeypatch, tmp_path, capsy
   calls = []
   check = types.SimpleNamespace(run_check=lambda name, **kw: calls.append((name, kw)) or 3)
   scaffold = types.SimpleNamespace(new_attention=lambda name, directory: f"wrote {name} in {directory}")
-  monkeypatch.setitem(sys.modules, "lra_bench.check", check)
-  monkeypatch.setitem(sys.modules, "lra_bench.scaffold", scaffold)
+  for name, module in (("check", check), ("scaffold", scaffold)):
+    monkeypatch.setitem(sys.modules, f"lra_bench.{name}", module)
+    monkeypatch.setattr(lra_bench, name, module, raising=False)
   args = cli_lib.parse(["lra-bench", "check", "mine", "--lengths=128,256", f"--out={tmp_path}", "--steps=5",
                     f"--data_dir={tmp_path}", "--quick"])
   assert cli_lib.main(args) == 3

@@ -15,7 +15,7 @@ def test_prints_one_row_per_core_with_ratios(capsys):
   rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
           for line in out if line.startswith(("| vanilla", "| bigbird"))}
   assert set(rows) == {"vanilla", "bigbird"}
-  for name, cells in rows.items():
+  for cells in rows.values():
     assert len(cells) == 10  # attention, B, L, ms, then (ms, ratio) for dpa, naive, own
     assert all(float(c) > 0 for c in cells[3:8])
   assert rows["vanilla"][8:] == ["-", "-"]

@@ -143,7 +143,7 @@ def test_a_correct_core_passes_every_check(fakes):
 
 @pytest.mark.parametrize("name, check, words", REJECTS)
 def test_each_bug_fails_its_check_with_the_measured_number(fakes, name, check, words):
-  result = testing.run_check(name, check, quick=True)
+  result = testing.check_one(name, check, quick=True)
   assert result.passed is False, result
   assert words in result.detail
   assert result.measured  # the number (or "raised") that decided it
@@ -164,10 +164,10 @@ def test_uniform_weights_fail_only_the_dependence_check(fakes):
 
 
 def test_declared_content_independence_is_reported_not_passed(fakes):
-  result = testing.run_check("fake_uniform_declared", "depends_on_qk", quick=True)
+  result = testing.check_one("fake_uniform_declared", "depends_on_qk", quick=True)
   assert result.passed is None and result.status == "n.a."
   assert result.detail == "declared content-independent (ignores query and key)"
-  ok = testing.run_check("fake_ok", "depends_on_qk", quick=True)
+  ok = testing.check_one("fake_ok", "depends_on_qk", quick=True)
   assert ok.passed is True and ok.detail == ""
 
 
@@ -175,14 +175,14 @@ def test_declared_content_independence_is_reported_not_passed(fakes):
                                          ("fake_negative", "rows_sum_to_one"),
                                          ("fake_biased_dropout", "determinism")])
 def test_a_bug_does_not_fail_unrelated_checks(fakes, name, check):
-  assert testing.run_check(name, check, quick=True).passed is True
+  assert testing.check_one(name, check, quick=True).passed is True
 
 
 def test_undeclared_properties_and_missing_forms_are_not_applicable(fakes):
-  undeclared = testing.run_check("fake_scaled_undeclared", "rows_sum_to_one", quick=True)
+  undeclared = testing.check_one("fake_scaled_undeclared", "rows_sum_to_one", quick=True)
   assert undeclared.passed is None and "not declared" in undeclared.detail
   assert "row sum" in undeclared.measured  # still measured: 1 off
-  no_causal = testing.run_check("fake_no_causal", "causal", quick=True)
+  no_causal = testing.check_one("fake_no_causal", "causal", quick=True)
   assert no_causal.passed is None and "no causal form" in no_causal.detail
 
 
@@ -197,8 +197,8 @@ def test_assert_conformant_lists_each_failure_with_its_number(fakes):
 
 def test_bad_arguments_are_clear(fakes):
   with pytest.raises(ValueError, match="known checks: config"):
-    testing.run_check("fake_ok", "no_such_check")
+    testing.check_one("fake_ok", "no_such_check")
   with pytest.raises(ValueError, match="known attentions"):
-    testing.run_check("no_such_attention", "config")
+    testing.check_one("no_such_attention", "config")
   with pytest.raises(TypeError, match="unknown option.*lenght"):
-    testing.run_check("fake_ok", "config", lenght=5)
+    testing.check_one("fake_ok", "config", lenght=5)

@@ -10,6 +10,7 @@ import pytest
 
 import tasks
 from tasks import listops
+from tests.task_batches import dataset
 
 
 @pytest.mark.parametrize("tree, label", [
@@ -41,9 +42,9 @@ def test_tree_lengths_count_tokens_without_parentheses():
 
 
 def test_generator_is_seeded_filtered_and_deduplicated():
-  a = listops.generate(60, seed=7, min_length=10, max_length=40, progress=False)
-  b = listops.generate(60, seed=7, min_length=10, max_length=40, progress=False)
-  c = listops.generate(60, seed=8, min_length=10, max_length=40, progress=False)
+  a = listops.generate(60, seed=7, min_length=10, max_expression_length=40, progress=False)
+  b = listops.generate(60, seed=7, min_length=10, max_expression_length=40, progress=False)
+  c = listops.generate(60, seed=8, min_length=10, max_expression_length=40, progress=False)
   assert a == b and a != c
   assert len({s for s, _ in a}) == 60
   assert all(10 < listops.num_tokens(s) < 40 for s, _ in a)
@@ -53,7 +54,8 @@ def test_generator_is_seeded_filtered_and_deduplicated():
 def test_prepare_writes_the_release_format(tmp_path):
   root = str(tmp_path)
   task = tasks.get_task("listops")
-  out = task.prepare(root, num_train=20, num_val=5, num_test=5, min_length=10, max_length=50, progress=False)
+  out = task.prepare(root, num_train=20, num_val=5, num_test=5, min_length=10, max_expression_length=50,
+                     progress=False)
   assert out == os.path.join(root, "listops-1000")
   raw = open(os.path.join(out, "basic_train.tsv"), "rb").read()
   assert raw.startswith(b"Source\tTarget\r\n") and raw.count(b"\r\n") == 21
@@ -64,10 +66,12 @@ def test_prepare_writes_the_release_format(tmp_path):
                  for s in listops.read_tsv(os.path.join(out, f"basic_{split}.tsv"))[0]]
   assert len(set(all_sources)) == 30  # splits are disjoint
   mtime = os.path.getmtime(os.path.join(out, "basic_train.tsv"))
-  task.prepare(root, num_train=20, num_val=5, num_test=5, min_length=10, max_length=50, progress=False)
+  task.prepare(root, num_train=20, num_val=5, num_test=5, min_length=10, max_expression_length=50,
+               progress=False)
   assert os.path.getmtime(os.path.join(out, "basic_train.tsv")) == mtime  # idempotent
   with pytest.raises(tasks.DataError, match="other options"):
-    task.prepare(root, num_train=21, num_val=5, num_test=5, min_length=10, max_length=50, progress=False)
+    task.prepare(root, num_train=21, num_val=5, num_test=5, min_length=10, max_expression_length=50,
+                 progress=False)
 
 
 def test_vocabulary_is_fixed():
@@ -119,7 +123,7 @@ def test_malformed_lines_name_file_and_line(tmp_path, body, message):
 
 def test_missing_data_names_path_and_command(tmp_path):
   with pytest.raises(tasks.MissingDataError) as err:
-    tasks.get_task("listops").dataset(str(tmp_path), "train", 4)
+    dataset(tasks.get_task("listops"), str(tmp_path), "train", 4)
   text = str(err.value)
   assert os.path.join(str(tmp_path), "listops-1000", "basic_train.tsv") in text
   assert "lra-bench data prepare listops" in text
@@ -137,18 +141,19 @@ def test_long_sequences_are_truncated_and_counted(tmp_path):
 
 def test_batch_shapes_per_split(listops_dir):
   task = tasks.get_task("listops")
-  train = task.dataset(listops_dir, "train", 8, max_length=64, seed=0, repeat=True, name="tiny")
+  train = dataset(task, listops_dir, "train", 8, max_length=64, seed=0, repeat=True, name="tiny")
   batch = next(iter(train))
   assert batch["inputs"].shape == (8, 64) and batch["inputs"].dtype.name == "int32"
   assert batch["targets"].shape == (8,) and batch["targets"].dtype.name == "int32"
-  test_batches = list(task.dataset(listops_dir, "test", 8, max_length=64, name="tiny"))
+  test_batches = list(dataset(task, listops_dir, "test", 8, max_length=64, name="tiny"))
   assert [b["inputs"].shape[0] for b in test_batches] == [8, 8, 8, 8, 5]  # 37 examples, none dropped
-  again = next(iter(task.dataset(listops_dir, "train", 8, max_length=64, seed=0, repeat=True, name="tiny")))
+  again = next(iter(dataset(task, listops_dir, "train", 8, max_length=64, seed=0, repeat=True, name="tiny")))
   np.testing.assert_array_equal(batch["inputs"].numpy(), again["inputs"].numpy())  # seeded order
 
 
 def test_every_generated_token_is_in_the_vocabulary():
-  sources = [source for source, _ in listops.generate(40, seed=3, min_length=10, max_length=80, progress=False)]
+  sources = [source for source, _ in listops.generate(40, seed=3, min_length=10, max_expression_length=80,
+                                                      progress=False)]
   for lineno, source in enumerate(sources, start=2):
     listops.check_tokens(source, "generated", lineno)  # raises on any token the tokenizer would map to OOV
   assert (listops.tokenize(sources, 80) != listops.OOV_ID).all()
@@ -161,11 +166,11 @@ def test_every_generated_token_is_in_the_vocabulary():
     (dict(num_test=2.5), r"--num_test must be an integer >= 1, got 2.5"),
     (dict(num_train=True), r"--num_train must be an integer"),
     (dict(min_length=-1), r"--min_length is -1"),
-    (dict(max_length=1), r"--max_length is 1; it must be >= 2"),
-    (dict(min_length=50, max_length=50), r"--min_length 50 must be below --max_length 50"),
+    (dict(max_expression_length=1), r"--max_expression_length is 1; it must be >= 2"),
+    (dict(min_length=50, max_expression_length=50), r"--min_length 50 must be below --max_expression_length 50"),
 ])
 def test_prepare_refuses_bad_counts_before_writing(tmp_path, options, message):
-  base = dict(num_train=4, num_val=2, num_test=2, min_length=10, max_length=40, progress=False)
+  base = dict(num_train=4, num_val=2, num_test=2, min_length=10, max_expression_length=40, progress=False)
   with pytest.raises(tasks.DataError, match=message):
     tasks.get_task("listops").prepare(str(tmp_path), **{**base, **options})
   assert not os.path.exists(tmp_path / "listops-1000")

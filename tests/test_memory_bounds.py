@@ -8,7 +8,6 @@ The free memory is patched so that the tests mean the same on every machine.
 """
 
 import errno
-import os
 
 import pytest
 

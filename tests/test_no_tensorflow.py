@@ -118,7 +118,7 @@ def test_viz_without_tensorflow(no_tf, tmp_path):
 CORES = """
 import jax.numpy as jnp
 import attention_zoo
-from lra_bench.report.viz import init_and_apply
+from lra_bench.testing import init_and_apply
 
 names = attention_zoo.list_attentions()
 for name in names:  # every core's module is imported and its module built
@@ -138,8 +138,10 @@ def test_every_core_imports_and_one_applies_without_tensorflow(no_tf):
 
 
 def _core_test_files() -> list[str]:
-  """The attention cores' own tests: named after a module of attention_zoo, plus the registry-wide ones."""
-  modules = {name[:-3] for name in os.listdir(os.path.join(ROOT, "attention_zoo")) if name.endswith(".py")}
+  """The attention cores' own tests: named after a module of attention_zoo (``test_x.py`` for a helper
+  ``_x.py``), plus the registry-wide ones."""
+  modules = {name[:-3].removeprefix("_") for name in os.listdir(os.path.join(ROOT, "attention_zoo"))
+             if name.endswith(".py")}
   tests = sorted(name for name in os.listdir(os.path.join(ROOT, "tests"))
                  if name.startswith("test_") and name.endswith(".py") and name[5:-3] in modules)
   registry_wide = [name for name in ("test_attention_registry.py", "test_attention_kernels.py", "test_combiner.py")
@@ -165,7 +167,7 @@ def test_reading_data_without_tensorflow_names_the_extra(no_tf, tmp_path):
   """ListOps generation is plain Python; reading any data for training needs the ``data`` extra."""
   data_dir = str(tmp_path / "data")
   proc, attempts = no_tf(cli("data", "prepare", "listops", "--num_train", "4", "--num_val", "2", "--num_test", "2",
-                             "--min_length", "10", "--max_length", "40", "--data_dir", data_dir))
+                             "--min_length", "10", "--max_expression_length", "40", "--data_dir", data_dir))
   _ok(proc, attempts)
   proc, _ = no_tf(cli("data", "prepare", "text", "--data_dir", data_dir))
   assert proc.returncode == 2, proc.stderr[-3000:]

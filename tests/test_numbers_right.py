@@ -311,9 +311,9 @@ def test_listops_labels_read_back_are_the_generators(tmp_path):
   """The targets read back through the task, in file order, are the generator's labels for that split,
   and each is the value of its expression (evaluated from the token ids by the stack machine above)."""
   counts = dict(num_train=40, num_val=20, num_test=20)
-  tasks.get_task("listops").prepare(str(tmp_path), name="tiny", seed=5, min_length=10, max_length=60,
+  tasks.get_task("listops").prepare(str(tmp_path), name="tiny", seed=5, min_length=10, max_expression_length=60,
                                     progress=False, **counts)
-  pairs = listops.generate(80, seed=5, min_length=10, max_length=60, progress=False)
+  pairs = listops.generate(80, seed=5, min_length=10, max_expression_length=60, progress=False)
   cuts = {"train": pairs[:40], "validation": pairs[40:60], "test": pairs[60:]}
   for split, rows in cuts.items():
     examples = tasks.get_task("listops").examples(str(tmp_path), split, max_length=64, name="tiny")

@@ -13,6 +13,7 @@ import tasks
 from lra_bench.experiments import cell
 from lra_bench.training import config as config_lib
 from tasks import pathfinder, pathfinder_gen as gen
+from tests.task_batches import dataset
 
 
 def _bridged(image):
@@ -140,7 +141,7 @@ def test_malformed_metadata_names_file_and_line(tmp_path, line, message):
 
 def test_missing_folder_names_paths_and_command(tmp_path):
   with pytest.raises(tasks.MissingDataError) as err:
-    tasks.get_task("pathx").dataset(str(tmp_path), "train", 2)
+    dataset(tasks.get_task("pathx"), str(tmp_path), "train", 2)
   text = str(err.value)
   assert os.path.join(str(tmp_path), "pathfinder128", "curv_contour_length_14") in text
   assert os.path.join(str(tmp_path), "lra_release", "pathfinder128") in text
@@ -150,14 +151,14 @@ def test_missing_folder_names_paths_and_command(tmp_path):
 def test_batch_shapes_pixel_tokens_and_floats(pf_root):
   task = tasks.get_task("pathfinder")
   opts = dict(contour_length=6, name="tiny")
-  batch = next(iter(task.dataset(pf_root, "train", 8, seed=0, repeat=True, **opts)))
+  batch = next(iter(dataset(task, pf_root, "train", 8, seed=0, repeat=True, **opts)))
   assert batch["inputs"].shape == (8, 1024) and batch["inputs"].dtype.name == "int32"
   assert batch["targets"].shape == (8,) and batch["targets"].dtype.name == "int32"
   inputs = batch["inputs"].numpy()
   assert inputs.min() == 1 and inputs.max() == 256  # black pixels are token 1: never padding
-  sizes = [b["inputs"].shape[0] for b in task.dataset(pf_root, "test", 4, **opts)]
+  sizes = [b["inputs"].shape[0] for b in dataset(task, pf_root, "test", 4, **opts)]
   assert sizes == [4, 2]  # 60 images: 48 / 6 / 6
-  floats = next(iter(task.dataset(pf_root, "validation", 3, input_kind="pixels", **opts)))["inputs"].numpy()
+  floats = next(iter(dataset(task, pf_root, "validation", 3, input_kind="pixels", **opts)))["inputs"].numpy()
   assert floats.dtype == np.float32 and floats.min() == -1.0 and floats.max() == 1.0
 
 

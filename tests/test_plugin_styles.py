@@ -141,7 +141,7 @@ def test_a_function_without_config_or_dropout_rng_says_what_it_cannot_do():
     core = attention_zoo.create_attention("test_mean_fn")
     out = core.apply({}, q, k, v, mask)
     np.testing.assert_allclose(out[1, 0], v[1, :3].mean(0), rtol=1e-6)
-    assert testing.run_check("test_mean_fn", "causal").passed is None  # "no causal form", not a failure
+    assert testing.check_one("test_mean_fn", "causal").passed is None  # "no causal form", not a failure
     with pytest.raises(NotImplementedError, match="takes no `dropout_rng`, so it cannot apply attention "
                        r"dropout \(dropout_rate=0.1\)"):
       attention_zoo.create_attention("test_mean_fn", dropout_rate=0.1).apply({}, q, k, v, mask)

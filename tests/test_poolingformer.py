@@ -3,7 +3,6 @@ definition (window softmax + softmax over pooled slots inside the wider window, 
 pooling, with padding at the end and in the middle; pooled slots of all-padding windows are masked; the
 paper's first-level query option; causal is refused."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

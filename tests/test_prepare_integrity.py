@@ -145,7 +145,7 @@ def test_corrupt_decode_cache_is_decoded_again(pf_complete, tmp_path, caplog, da
 
 def _listops(root: str) -> str:
   tasks.get_task("listops").prepare(root, name="cut", num_train=30, num_val=5, num_test=5, seed=0,
-                                    min_length=10, max_length=40, progress=False)
+                                    min_length=10, max_expression_length=40, progress=False)
   return os.path.join(root, listops.SUBDIR, "cut_train.tsv")
 
 
@@ -192,7 +192,7 @@ def test_invalid_utf8_in_listops_tsv_names_file_and_line(tmp_path):
 
 
 @pytest.mark.parametrize("task, options", [
-    ("listops", dict(num_train=2, num_val=1, num_test=1, min_length=1, max_length=20)),
+    ("listops", dict(num_train=2, num_val=1, num_test=1, min_length=1, max_expression_length=20)),
     ("pathfinder", dict(contour_length=6, num_images=2, images_per_batch=2, workers=1)),
 ])
 @pytest.mark.parametrize("name", ["../../x", "a/b", "..", "/abs"])
@@ -222,7 +222,7 @@ def test_cli_name_outside_the_data_dir_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("task, flag, message", [
     ("listops", "--resolution=32", "--resolution does not apply to listops; its flags: --name, --num_train, "
-     "--num_val, --num_test, --min_length, --max_length, --overwrite, --seed"),
+     "--num_val, --num_test, --min_length, --max_expression_length, --overwrite, --seed"),
     ("pathfinder", "--num_train=5", "--num_train does not apply to pathfinder; its flags: --name, --overwrite, "
      "--resolution, --contour_length, --num_images, --images_per_batch, --workers, --seed"),
     ("text", "--num_images=5", "--num_images does not apply to text; it takes none of these flags"),

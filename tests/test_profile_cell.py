@@ -10,7 +10,7 @@ import ml_collections
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
-import profile_cell  # noqa: E402
+import profile_cell
 
 
 def fake_run(num_test: int):

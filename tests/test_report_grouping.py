@@ -28,13 +28,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def record(protocol, task, attention, seed, acc, overrides=(), status="ok", error=None, **extra):
-  """A record as ``results.train_record`` writes it (config, per-seed config_hash, module)."""
+  """A record as ``results.train_record`` writes it (config, per-seed config_hash, module, vs_preset)."""
   config = config_lib.load_config(protocol, task, overrides, attention=attention, seed=seed)
   out = {"kind": "train", "task": task, "attention": attention, "protocol": config.protocol, "seed": seed,
          "status": status, "error": error, "test_accuracy": acc, "test_examples": 200,
          "config": config.to_dict(), "config_hash": config_lib.config_hash(config),
          "max_length": config.data.max_length, "attention_module": f"attention_zoo.{attention}"}
   out.update(extra)
+  return written(out)
+
+
+def written(out):
+  """``out`` with the ``vs_preset`` that ``results.train_record`` adds (after any change to it here)."""
+  out["vs_preset"] = results.vs_preset(out)
   return out
 
 
@@ -90,6 +96,7 @@ def test_cells_off_the_preset_are_marked_and_get_no_delta():
   # `train --protocol smoke --set protocol=lra` (older versions accepted it): a smoke run labelled lra.
   relabelled = record("smoke", "listops", "performer", 0, 0.20)
   relabelled["protocol"] = relabelled["config"]["protocol"] = "lra"
+  written(relabelled)
   rep = accuracy.accuracy_report(records + [relabelled], "lra", REFERENCE)
   cells = rep.cells.set_index(["attention", "task"])
   assert cell_text(rep, "vanilla").endswith(accuracy.OFF_PRESET) and pd.isna(cells.loc[("vanilla", "listops"), "delta"])
@@ -119,6 +126,7 @@ def test_fix_commands_carry_the_plugin_and_the_sets():
   failed = record("smoke", "listops", "vanilla", 0, None, tiny, status="failed", error="RuntimeError: x",
                   attention_module="my_plugins.sparse")
   failed["attention"] = failed["config"]["model"]["attention"] = "my_sparse"
+  written(failed)
   rep = accuracy.accuracy_report([ok, failed], "smoke", REFERENCE, "RES")
   cells = rep.cells.set_index(["attention", "task"])
   fix = cells.loc[("my_sparse", "listops"), "fix"]

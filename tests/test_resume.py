@@ -45,7 +45,7 @@ def killed_run(kill: str, step: int, workdir: str, data_dir: str) -> None:
   from orbax.checkpoint._src.path import atomicity
 
   loop.Run.evaluate = rising_validation()
-  die = lambda: os._exit(9)  # noqa: E731
+  die = lambda: os._exit(9)
   if kill == "after_best":
     save_best = checkpoints.Checkpoints.save_best
     checkpoints.Checkpoints.save_best = lambda self, s, state: (save_best(self, s, state), s == step and die())

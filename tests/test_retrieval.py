@@ -9,6 +9,7 @@ import tasks
 from lra_bench.experiments import cell
 from lra_bench.training import config as config_lib
 from tasks import text
+from tests.task_batches import dataset
 
 ROWS = [("1.0", "A1", "B1", "graph parsing " * 3, "dependency graphs"),
         ("0", "A2", "B2", "neural machine translation", "speech"),
@@ -30,14 +31,14 @@ def test_dual_batches_and_bytes(tmp_path):
   task = tasks.get_task("retrieval")
   ex = task.examples(str(tmp_path), "validation", max_length=24)
   assert (ex.num_examples, ex.num_truncated) == (4, 3)   # rows 1-3 have a text over 24 bytes
-  batches = list(task.dataset(str(tmp_path), "test", 3, max_length=24))
+  batches = list(dataset(task, str(tmp_path), "test", 3, max_length=24))
   assert [b["targets"].shape[0] for b in batches] == [3, 1]
   first = batches[0]
   assert set(first) == {"inputs1", "inputs2", "targets"}
   assert first["inputs1"].shape == (3, 24) and first["inputs2"].shape == (3, 24)
   assert first["inputs1"].dtype.name == "int32" and first["targets"].numpy().tolist() == [1, 0, 1]
   assert text.decode_bytes(first["inputs2"].numpy()[2]) == "résumé ✓".encode()
-  train_batch = next(iter(task.dataset(str(tmp_path), "train", 2, max_length=24, seed=0, repeat=True)))
+  train_batch = next(iter(dataset(task, str(tmp_path), "train", 2, max_length=24, seed=0, repeat=True)))
   assert train_batch["inputs1"].shape == (2, 24)
 
 

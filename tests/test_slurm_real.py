@@ -8,10 +8,11 @@
 4. a worker killed without warning releases its lock; the rerun names the dead job's state and log, and
    finishes the cell from its checkpoint;
 5. a cell whose worker recorded a failure: the rerun names the failure, the job's state and its log.
-These (marker ``slurm``) are skipped (one line: why) when ``sinfo`` reaches no controller; ``LRA_REQUIRE_SLURM=1`` (CI) makes that a
-failure. The tests do not start the cluster; when ``SLURM_CONF`` is unset they use the cluster of
-``scripts/slurm_local.sh`` (its state directory: ``$LRA_SLURM_DIR`` or the script's default) if it runs.
-The script's usage errors and its ``stop`` (only its own daemons) are tested without a cluster.
+These (marker ``slurm``) are skipped (one line: why) when ``sinfo`` reaches no controller;
+``LRA_REQUIRE_SLURM=1`` (CI) makes that a failure. The tests do not start the cluster; when ``SLURM_CONF`` is
+unset they use the cluster of ``scripts/slurm_local.sh`` (its state directory: ``$LRA_SLURM_DIR`` or the
+script's default) if it runs. The script's usage errors and its ``stop`` (only its own daemons) are tested
+without a cluster.
 """
 
 import fcntl
@@ -69,7 +70,7 @@ def _daemon_alive(pid_file):
 
 
 @pytest.fixture
-def slurm(monkeypatch, tmp_path, worker_env):
+def slurm(monkeypatch, tmp_path, worker_env):  # noqa: F811 - the fixture imported above
   """A reachable SLURM (else skip, or fail under ``LRA_REQUIRE_SLURM=1``); jobs inherit this env. On
   teardown, the test's jobs still queued (their batch scripts are under its ``tmp_path``) are cancelled."""
   conf = os.path.join(STATE_DIR, "slurm.conf")

@@ -11,7 +11,7 @@ import pytest
 
 import attention_zoo
 from attention_zoo import registry
-from lra_bench.experiments import results, suite
+from lra_bench.experiments import grid, results, suite
 from tests.conftest import tiny_overrides
 
 BEHAVIOUR = {"test_interrupt": KeyboardInterrupt}
@@ -107,7 +107,7 @@ def test_claimed_cell_is_left_to_the_other_suite(listops_dir, tmp_path):
 def test_unknown_names_and_tasks_without_config(tmp_path):
   with pytest.raises(ValueError, match="unknown attention 'nope'"):
     suite.run_suite("smoke", attentions="nope", results_dir=str(tmp_path), data_dir=str(tmp_path))
-  assert suite.parse_ints("0, 1,2") == [0, 1, 2]
+  assert grid.parse_ints("0, 1,2") == [0, 1, 2]
 
 
 class OutOfMemory(nn.Module):

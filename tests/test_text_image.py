@@ -13,6 +13,7 @@ from lra_bench.training import config as config_lib
 from lra_bench.training import models
 from tasks import image, text
 from tasks.base import import_tf, pixel_inputs_fn
+from tests.task_batches import dataset
 from tests.tfds_mock import mock_tfds
 
 
@@ -65,10 +66,10 @@ def test_float_pixels_go_through_a_dense_projection():
 def test_text_batches_and_validation_choice(tmp_path):
   task = tasks.get_task("text")
   with mock_tfds(num_examples=10):
-    batch = next(iter(task.dataset(str(tmp_path), "train", 4, max_length=32, seed=0, repeat=True)))
+    batch = next(iter(dataset(task, str(tmp_path), "train", 4, max_length=32, seed=0, repeat=True)))
     assert batch["inputs"].shape == (4, 32) and batch["inputs"].dtype.name == "int32"
     assert batch["targets"].shape == (4,) and batch["targets"].dtype.name == "int32"
-    sizes = [b["inputs"].shape[0] for b in task.dataset(str(tmp_path), "test", 4, max_length=32)]
+    sizes = [b["inputs"].shape[0] for b in dataset(task, str(tmp_path), "test", 4, max_length=32)]
     assert sizes == [4, 4, 2]
     holdout = task.examples(str(tmp_path), "validation", max_length=32)
     parity = task.examples(str(tmp_path), "validation", max_length=32, validation="test")
@@ -79,8 +80,8 @@ def test_text_batches_and_validation_choice(tmp_path):
 def test_image_batches(tmp_path):
   task = tasks.get_task("image")
   with mock_tfds(num_examples=6):
-    batch = next(iter(task.dataset(str(tmp_path), "validation", 4)))
-    floats = next(iter(task.dataset(str(tmp_path), "test", 6, input_kind="pixels")))
+    batch = next(iter(dataset(task, str(tmp_path), "validation", 4)))
+    floats = next(iter(dataset(task, str(tmp_path), "test", 6, input_kind="pixels")))
   assert batch["inputs"].shape == (4, 1024) and batch["inputs"].dtype.name == "int32"
   assert batch["inputs"].numpy().min() >= 1 and batch["targets"].shape == (4,)
   assert floats["inputs"].dtype.name == "float32" and floats["inputs"].shape == (6, 1024)

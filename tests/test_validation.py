@@ -41,7 +41,7 @@ from lra_bench.training import config as config_lib
     ("data.options.nme=smoke", "unknown config key data.options.nme; data.options takes: name"),
     ("data.prepare.num_train=-3", "data.prepare.num_train=-3 is not allowed"),
     ("data.prepare.num_tran=3", "unknown config key data.prepare.num_tran"),
-    ("data.prepare.min_length=200", "min_length=200 and max_length=128 leave no length"),
+    ("data.prepare.min_length=200", "min_length=200 and max_expression_length=128 leave no length"),
     ("optimizer.learning_rate=0", "optimizer.learning_rate=0.0 is not allowed; expected a number > 0"),
     ("optimizer.learning_rate=nan", "optimizer.learning_rate=nan is not allowed"),
     ("optimizer.warmup_steps=-1", "optimizer.warmup_steps=-1 is not allowed"),
@@ -141,7 +141,7 @@ def parse_error(capsys, *argv) -> str:
     (["data", "prepare", "listops", "--num_val=0"], "--num_val: 0 is not allowed"),
     (["data", "prepare", "listops", "--num_test=x"], "--num_test: 'x' is not an integer"),
     (["data", "prepare", "listops", "--min_length=-1"], "--min_length: -1 is not allowed"),
-    (["data", "prepare", "listops", "--max_length=1"], "--max_length: 1 is not allowed"),
+    (["data", "prepare", "listops", "--max_expression_length=1"], "--max_expression_length: 1 is not allowed"),
     (["data", "prepare", "listops", "--seed=-1"], "--seed: -1 is not allowed"),
     (["data", "prepare", "pathfinder", "--num_images=0"], "--num_images: 0 is not allowed"),
     (["data", "prepare", "pathfinder", "--images_per_batch=0"], "--images_per_batch: 0 is not allowed"),
@@ -221,7 +221,7 @@ def test_report_refuses_a_missing_or_empty_results_dir(tmp_path, capsys):
 def test_prepare_checks_the_merged_options(tmp_path, capsys):
   """Flags that pass one by one but not together (and protocol options) are checked before generating."""
   args = cli.parse(["lra-bench", "data", "prepare", "listops", f"--data_dir={tmp_path}", "--min_length=50",
-                    "--max_length=20"])
+                    "--max_expression_length=20"])
   assert cli.main(args) == 2
-  assert "min_length=50 and max_length=20 leave no length" in capsys.readouterr().err
+  assert "min_length=50 and max_expression_length=20 leave no length" in capsys.readouterr().err
   assert not os.listdir(tmp_path)

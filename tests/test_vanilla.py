@@ -1,6 +1,5 @@
 """Vanilla attention equals a naive softmax reference, with padding and causal masks (float64)."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -41,19 +41,17 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import ml_collections
-import numpy as np
-
-import attention_zoo
-import tasks as tasks_lib
 from lra_bench import REPO_ROOT
-from lra_bench.experiments import cell, results, suite
-from lra_bench.training import config as config_lib
-from lra_bench.training import optim, steps, xla_stats
+from lra_bench.experiments import grid
 
-MODES = config_lib.BENCH_MODES
+if TYPE_CHECKING:
+  import ml_collections
+
+# This module imports only the standard library at its top (the rest where it is used): the CLI's parser
+# reads ``MODES`` before any command runs.
+MODES = ("train", "inference")  # bench.mode: the train step (forward, backward, update) or forward only
 DEFAULT_LENGTHS = (1024, 2048, 3072, 4096, 8192, 16384)
 
 
@@ -65,6 +63,10 @@ def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str
                  warmup_steps: int = 2, repeats: int = 10, compile_only: bool = False,
                  device_kind: str = "", overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
   """The locked config of one point: the ``lra`` protocol's Text config at ``length`` and ``batch_size``."""
+  import ml_collections
+
+  from lra_bench.training import config as config_lib
+
   if mode not in MODES:
     raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
 
@@ -79,7 +81,20 @@ def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str
     c.bench.compile_only = compile_only  # FLOPs and compiled memory only; no step is run
     c.bench.device_kind = device_kind    # part of the hash: a point is measured once per device kind
 
-  return config_lib.load_config(PROTOCOL, TASK, overrides, attention=attention, extend=extend)
+  return config_lib.load_config(PROTOCOL, TASK, overrides, attention=attention, extend=extend,
+                                checks=[validate_bench])
+
+
+def validate_bench(config: ml_collections.ConfigDict) -> None:
+  """The ``bench`` section (``load_config``'s check of the section ``bench_config`` adds): ConfigError
+  naming the key, the value and what is allowed."""
+  from lra_bench.training import config as config_lib
+
+  config_lib.check_number("bench.warmup_steps", config.bench.warmup_steps, config_lib.INT, 0, None, ">= 0")
+  config_lib.check_number("bench.repeats", config.bench.repeats, config_lib.INT, 1, None, ">= 1")
+  config_lib.check_choice("bench.mode", config.bench.mode, MODES)
+  if not isinstance(config.bench.compile_only, bool):
+    config_lib.fail("bench.compile_only", config.bench.compile_only, "True or False")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -122,6 +137,10 @@ def time_steps(step, args, *, warmup_steps: int, repeats: int) -> list[float]:
 def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Compiles (and unless ``compile_only`` times) one point; raises on failure."""
   import jax
+  import numpy as np
+
+  import tasks as tasks_lib
+  from lra_bench.training import optim, steps, xla_stats
 
   peak_before = xla_stats.peak_memory_bytes()
   task = tasks_lib.get_task(config.task)
@@ -173,6 +192,9 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def measure_safely(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """``measure`` with failures as data: ``{"status": "ok"|"oom"|"failed", "error", ...}``."""
+  from lra_bench.experiments import cell
+  from lra_bench.training import xla_stats
+
   try:
     out = dict(measure(config), status="ok")
   except Exception as err:  # noqa: BLE001 - every failure is a data point
@@ -185,6 +207,10 @@ def measure_safely(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def _worker_main(argv: Sequence[str]) -> int:
   """``python -m lra_bench.experiments.bench SPEC.json OUT.json`` (what ``run_point`` starts)."""
+  import ml_collections
+
+  from lra_bench.experiments import results
+
   with open(argv[0]) as f:
     spec = json.load(f)
   config = ml_collections.ConfigDict(spec["config"])
@@ -195,6 +221,8 @@ def _worker_main(argv: Sequence[str]) -> int:
 def run_point(config: ml_collections.ConfigDict, *, isolate: bool = True,
               timeout_s: float | None = None) -> dict[str, Any]:
   """Measures one point, in a fresh subprocess unless ``isolate`` is False."""
+  from lra_bench.experiments import cell, results
+
   if not isolate:
     # The host RSS peak is per process: in-process it would carry every earlier point's peak.
     return dict(measure_safely(config), peak_rss_bytes=None)
@@ -244,9 +272,12 @@ def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequen
   import jax
   from tqdm.auto import tqdm
 
+  import attention_zoo
+  from lra_bench.experiments import results
+
   start = time.perf_counter()
-  names = suite.parse_names(attentions, attention_zoo.list_attentions(), "attention")
-  lengths = sorted(suite.parse_ints(lengths))
+  names = grid.parse_names(attentions, attention_zoo.list_attentions(), "attention")
+  lengths = sorted(grid.parse_ints(lengths))
   device_kind = jax.devices()[0].device_kind
   summary = BenchSummary()
   existing = results.latest_records(r for r in results.load_records(results_dir) if r.get("kind") == "bench")
@@ -286,7 +317,7 @@ def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequen
       summary.records.append(record)
       summary.counts[record["status"]] = summary.counts.get(record["status"], 0) + 1
       if record["status"] != "ok":
-        bar.write(suite.failure_line(f"{name} L={length}", record))
+        bar.write(grid.failure_line(f"{name} L={length}", record))
       bar.update()
   finally:
     bar.close()

@@ -41,6 +41,7 @@ import ml_collections
 
 import tasks as tasks_lib
 from lra_bench import files
+from lra_bench.errors import UserError
 from lra_bench.experiments import results
 from lra_bench.training import config as config_lib
 from lra_bench.training import checkpoints, loop, xla_stats
@@ -49,8 +50,10 @@ MAX_ERROR_CHARS = 2000
 LOCK_FILE = ".lock"  # in the workdir, held while a process trains it
 
 
-class WorkdirBusyError(RuntimeError):
+class WorkdirBusyError(UserError, RuntimeError):
   """Another process is training this workdir. Not a result of the run: nothing was read or written."""
+
+  exit_code = 1
 
 
 def holder_info() -> dict[str, Any]:
@@ -139,14 +142,14 @@ def disk_full_message(err: BaseException, workdir: str | None) -> str:
 def outcome(err: BaseException, workdir: str | None = None) -> tuple[str, str]:
   """(status, message) of a failed run: ``oom`` or ``failed`` (``no_data`` is ``missing_data``'s).
 
-  Errors whose message is written for the user (training, data, config) keep it as is; a full disk is
-  one line with the fix (``disk_full_message``); any other error is prefixed with its type.
+  Errors whose message is written for the user (``errors.UserError``; below lra_bench, the tasks'
+  ``DataError``) keep it as is; a full disk is one line with the fix (``disk_full_message``); any other
+  error is prefixed with its type.
   """
   if disk_full(err):  # before is_oom: TensorStore reports ENOSPC as RESOURCE_EXHAUSTED
     return "failed", disk_full_message(err, workdir)
   status = "oom" if xla_stats.is_oom(err) else "failed"
-  clear = isinstance(err, (loop.TrainingError, tasks_lib.DataError, config_lib.ConfigError,
-                           checkpoints.CheckpointError, xla_stats.MemoryEstimateError))
+  clear = isinstance(err, (UserError, tasks_lib.DataError))
   message = str(err) if clear else f"{type(err).__name__}: {err}"
   return status, message.strip()[:MAX_ERROR_CHARS]
 
@@ -212,8 +215,8 @@ def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
   A workdir whose ``result.json`` already holds a terminal record for the same config is not rerun
   (unless ``force``); an interrupted run resumes from its checkpoint.
   """
-  workdir, data_dir = checkpoints.absolute(workdir), checkpoints.absolute(data_dir)
-  results_dir = checkpoints.absolute(results_dir) if results_dir else None
+  workdir, data_dir = files.absolute(workdir), files.absolute(data_dir)
+  results_dir = files.absolute(results_dir) if results_dir else None
   os.makedirs(workdir, exist_ok=True)
   with workdir_lock(workdir):
     return _train_locked(config, workdir, data_dir, results_dir, force)

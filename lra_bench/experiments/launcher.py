@@ -36,16 +36,18 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-import attention_zoo
 from lra_bench import REPO_ROOT
-from lra_bench.training.config import ConfigError
+from lra_bench.errors import ConfigError
 
 if TYPE_CHECKING:  # submitit is imported where a launch needs it: the in-process suite runs without it
   import submitit
 
+# This module imports only the standard library at its top: the CLI's parser reads ``LAUNCHERS`` and
+# ``FLAGS`` (``--launcher``'s choices, the suite flag of each option) before any command runs.
 LAUNCHERS = ("inprocess", "local", "slurm")
 OPTION_KEYS = ("workers", "partition", "gpus_per_task", "time_limit_min", "array_size", "cpus_per_task",
                "log_dir")
+# option -> its flag of ``lra-bench suite``
 FLAGS = {"workers": "--workers", "partition": "--partition", "gpus_per_task": "--gpus_per_task",
          "time_limit_min": "--time_limit", "array_size": "--array_size", "cpus_per_task": "--cpus_per_task",
          "log_dir": "--log_dir"}
@@ -137,9 +139,9 @@ class Worker:
 
 def _load_plugins() -> None:
   """Attention plugins of the submitting process (``LRA_BENCH_PLUGINS``) must exist in the worker too."""
-  load = getattr(attention_zoo, "load_plugins", None)
-  if load is not None:
-    load([])
+  import attention_zoo
+
+  attention_zoo.load_plugins([])
 
 
 def _quiet_console() -> None:

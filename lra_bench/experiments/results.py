@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ from typing import Any, Iterable, Iterator
 
 import ml_collections
 
-from lra_bench import files
+from lra_bench import errors, files
 from lra_bench.training.config import config_hash
 
 STATUSES = ("ok", "failed", "oom", "no_data")
@@ -89,6 +90,8 @@ def record_problem(obj: Any) -> str | None:
       return f"{name!r} is {obj[name]!r}, not text"
   if obj.get("config") is not None and not isinstance(obj["config"], dict):
     return f"'config' is {obj['config']!r}, not an object"
+  if obj.get("vs_preset") is not None and not isinstance(obj["vs_preset"], dict):
+    return f"'vs_preset' is {obj['vs_preset']!r}, not an object"
   return None
 
 
@@ -122,12 +125,11 @@ def _clean(value):
   return value
 
 
-class RecordWriteError(OSError):
-  """A record could not be written (e.g. the disk is full); nothing partial was left behind."""
+class RecordWriteError(errors.UserError, OSError):
+  """A record could not be written (e.g. the disk is full); nothing partial was left behind. Exit 1: the
+  input was fine, the work could not be kept."""
 
-
-def _absolute(path: str) -> str:
-  return os.path.abspath(os.path.expanduser(path))
+  exit_code = 1
 
 
 def _write_failed(path: str, err: OSError, left: str = "nothing partial was left") -> RecordWriteError:
@@ -139,7 +141,7 @@ def _write_failed(path: str, err: OSError, left: str = "nothing partial was left
 
 def write_json_atomic(path: str, obj: Any) -> None:
   """Writes ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (all or nothing)."""
-  path = _absolute(path)
+  path = files.absolute(path)
   try:  # files.write_atomic: no temporary file is left behind, the file gets the umask's mode
     files.write_atomic(path, json.dumps(_clean(obj), indent=1, sort_keys=True) + "\n", suffix=".json")
   except OSError as err:
@@ -160,7 +162,7 @@ def locked(results_dir: str) -> Iterator[None]:
 
 def read_records(results_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
   """(every record in ``results.jsonl``, ``path:line: why`` for each line that is not a record)."""
-  path = os.path.join(_absolute(results_dir), RESULTS_FILE)
+  path = os.path.join(files.absolute(results_dir), RESULTS_FILE)
   if not os.path.exists(path):
     return [], []
   records, unreadable = [], []
@@ -209,7 +211,7 @@ def _redundant(old: dict[str, Any], new: dict[str, Any]) -> bool:
 def append_record(results_dir: str, record: dict[str, Any]) -> bool:
   """Appends ``record`` unless its run already has an ``ok`` record or a terminal record with the same
   status. Returns whether it appended; raises ``RecordWriteError`` (file unchanged) if it could not."""
-  record, results_dir = _clean(record), _absolute(results_dir)
+  record, results_dir = _clean(record), files.absolute(results_dir)
   with locked(results_dir):
     key = run_key(record)
     for old in load_records(results_dir):
@@ -320,14 +322,79 @@ def attention_module(name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _preset(protocol: str, task: str, attention: str, seed: int) -> tuple[dict[str, Any] | None, str | None]:
+  """(the flat config ``load_config`` builds for this run, as a record stores it; or why it cannot)."""
+  from lra_bench.training import checkpoints
+  from lra_bench.training import config as config_lib
+
+  try:
+    config = config_lib.load_config(protocol, task, attention=attention, seed=seed)
+  except (ValueError, TypeError):  # an attention not registered here (a plugin not loaded): its defaults
+    try:
+      config = config_lib.load_config(protocol, task, seed=seed)
+    except (ValueError, TypeError) as err:  # ConfigError: an unknown protocol or task in this checkout
+      return None, str(err).splitlines()[0][:160]
+    with config.unlocked():
+      config.model.attention = attention
+  return checkpoints.flat_config(json.loads(json.dumps(_clean(config.to_dict())))), None
+
+
+def _set_text(key: str, value: Any) -> str:
+  """``key=value`` as ``--set`` parses it back to ``value`` (text that would read as a literal is quoted)."""
+  from lra_bench.training import config as config_lib
+
+  if isinstance(value, str):
+    return f"{key}={value if config_lib.parse_typed(value, None) == value else repr(value)}"
+  return f"{key}={value!r}"
+
+
+def vs_preset(record: dict[str, Any]) -> dict[str, Any] | None:
+  """How a record's stored ``config`` differs from what its protocol's preset builds for the same task,
+  attention and seed (the record's ``vs_preset`` field; the report reads it and loads no config):
+
+  - ``differences``: {dotted key: {"record": its value, "preset": the preset's}} for every key that
+    differs (a side without the key has no entry);
+  - ``sets``: the ``--set``s that rebuild the record's config from the preset (a Fix command's);
+  - ``ignored``: the keys that change no result (``checkpoints.RESULT_NEUTRAL_KEYS``: logging and
+    checkpoint cadence), which do not make a run another setting than its preset;
+  - ``problem``: why the preset could not be built (then nothing else), else None.
+
+  None for a record without a stored config. Never raises: a record is written whatever this finds.
+  """
+  if not isinstance(record.get("config"), dict):
+    return None
+  from lra_bench.training import checkpoints
+
+  try:
+    preset, problem = _preset(record["protocol"], record["task"], record["attention"], record["seed"])
+    if preset is None:
+      return {"problem": problem}
+    mine = checkpoints.flat_config(json.loads(json.dumps(_clean(record["config"]))))
+    absent = object()
+    differences = {}
+    for key in sorted(set(mine) | set(preset)):
+      if mine.get(key, absent) != preset.get(key, absent):
+        differences[key] = {side: values[key] for side, values in (("record", mine), ("preset", preset))
+                            if key in values}
+    return {"differences": differences,
+            "sets": [_set_text(key, d["record"]) for key, d in differences.items() if "record" in d],
+            "ignored": list(checkpoints.RESULT_NEUTRAL_KEYS), "problem": None}
+  except Exception as err:  # noqa: BLE001 - the comparison is a note for the report; the record is the result
+    return {"problem": f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"}
+
+
 def train_record(config: ml_collections.ConfigDict, status: str, *, workdir: str, data_dir: str,
                  **fields: Any) -> dict[str, Any]:
-  """The record of one training run of ``config`` (``fields``: its measurements, or its ``error``)."""
-  return make_record(status=status, task=config.task, attention=config.model.attention,
-                     attention_module=attention_module(config.model.attention), protocol=config.protocol,
-                     seed=config.seed, max_length=config.data.max_length,
-                     batch_size=config.batch_size, config=config.to_dict(), config_hash=config_hash(config),
-                     workdir=os.path.abspath(workdir), data_dir=os.path.abspath(data_dir), **fields)
+  """The record of one training run of ``config`` (``fields``: its measurements, or its ``error``), with
+  ``vs_preset``: how its config differs from its protocol's preset."""
+  record = make_record(status=status, task=config.task, attention=config.model.attention,
+                       attention_module=attention_module(config.model.attention), protocol=config.protocol,
+                       seed=config.seed, max_length=config.data.max_length,
+                       batch_size=config.batch_size, config=config.to_dict(), config_hash=config_hash(config),
+                       workdir=os.path.abspath(workdir), data_dir=os.path.abspath(data_dir), **fields)
+  record["vs_preset"] = vs_preset(record)
+  return record
 
 
 def bench_key_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:

@@ -47,6 +47,7 @@ import tasks as tasks_lib
 from lra_bench import REPO_ROOT
 from lra_bench.experiments import cell as cell_lib
 from lra_bench.experiments import results
+from lra_bench.experiments.grid import failure_line, parse_ints, parse_names
 from lra_bench.training import config as config_lib
 
 
@@ -67,26 +68,6 @@ class Cell:
                             "protocol": self.config.protocol, "seed": self.seed,
                             "config_hash": config_lib.config_hash(self.config),
                             "max_length": self.config.data.max_length})
-
-
-def parse_names(text: str | Sequence[str] | None, known: Sequence[str], what: str) -> list[str]:
-  """``all`` (or empty) -> ``known``; else a comma list, each checked against ``known``."""
-  if text is None or text == "" or text == "all" or list(text) == ["all"]:
-    return list(known)
-  names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
-  unknown = [n for n in names if n not in known]
-  if unknown:
-    raise ValueError(f"unknown {what} {', '.join(map(repr, unknown))}; known {what}s: {', '.join(known)}")
-  return names
-
-
-def parse_ints(text: str | Sequence[int]) -> list[int]:
-  if isinstance(text, str):
-    try:
-      return [int(x) for x in text.replace(" ", ",").split(",") if x]
-    except ValueError:
-      raise ValueError(f"expected a comma-separated list of integers, got {text!r}") from None
-  return [int(x) for x in text]
 
 
 def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str], seeds: Sequence[int],
@@ -339,15 +320,9 @@ def run_cell(cell: Cell, data_dir: str, results_dir: str, *, force: bool = False
     return _run_in_process(cell, data_dir, results_dir, force)
   except (KeyboardInterrupt, SystemExit):
     raise
-  except BaseException as err:  # noqa: BLE001 - train_cell records its own failures; this is the rest
+  except BaseException as err:
     logging.exception("suite: cell %s failed outside the training loop", cell.name)
     return _failure_record(cell, *cell_lib.outcome(err), data_dir, results_dir)
-
-
-def failure_line(name: str, record: dict) -> str:
-  """``name: status: first line of the error`` for the console."""
-  error = (record.get("error") or "").strip()
-  return f"{name}: {record['status']}: {error.splitlines()[0][:200] if error else 'no reason recorded'}"
 
 
 @dataclasses.dataclass

@@ -9,8 +9,6 @@ the mark keep a reader from ranking attentions on that noise.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import math
 import re
 import shlex
@@ -23,11 +21,9 @@ import attention_zoo
 import tasks as tasks_lib
 from lra_bench.experiments import results
 from lra_bench.report.reference import (AVG_TASKS, FOLLOWUP_NAMES, REFERENCE_COLUMN, TASK_ORDER, TASK_TITLES,
-                                        comparable, followup_settings, number, paper_name,
+                                        comparable, followup_settings, number, paper_name, preset_problem,
                                         protocol_settings_notes, reference_accuracy, settings_text)
 from lra_bench.report.tables import Table
-from lra_bench.training import checkpoints
-from lra_bench.training import config as config_lib
 
 
 def report_tasks(records: Iterable[dict]) -> list[str]:
@@ -52,11 +48,6 @@ def _fix_command(protocol: str, task: str, attention: str, seeds: Sequence[int],
                      "--results_dir", results_dir, *[arg for s in sets for arg in ("--set", s)]])
 
 
-# Config keys that do not change a run's results (logging and checkpoint cadence; a checkpoint resumes
-# across them): a record differing from its protocol's preset in these only is still the preset.
-RESULT_NEUTRAL_KEYS = checkpoints.RESULT_NEUTRAL_KEYS
-
-
 class _Absent:
   def __repr__(self) -> str:
     return "absent"
@@ -65,45 +56,40 @@ class _Absent:
 ABSENT = _Absent()  # a key one of two configs does not have
 
 
-@functools.lru_cache(maxsize=None)
-def _preset(protocol: str, task: str, attention: str, seed: int) -> tuple[dict[str, object] | None, str | None]:
-  """(the flat config ``load_config`` builds for this run, as a record stores it; or why it cannot)."""
-  try:
-    config = config_lib.load_config(protocol, task, attention=attention, seed=seed)
-  except (ValueError, TypeError):  # an attention not registered here (a plugin not loaded): its defaults
-    try:
-      config = config_lib.load_config(protocol, task, seed=seed)
-    except (ValueError, TypeError) as err:  # ConfigError: an unknown protocol or task in this checkout
-      return None, str(err).splitlines()[0][:160]
-    with config.unlocked():
-      config.model.attention = attention
-  return checkpoints.flat_config(json.loads(json.dumps(results._clean(config.to_dict())))), None
+def _vs_preset(record: dict) -> dict | None:
+  vs = record.get("vs_preset")
+  return vs if isinstance(vs, dict) else None
 
 
 def preset_differences(record: dict) -> tuple[dict[str, tuple[object, object]], str | None]:
   """({key: (the record's value, the preset's value)} for every key of the record's stored config that
   differs from what its protocol's preset builds for the same task, attention and seed; why it could not
-  be compared, or None). A record without a stored config (hand-written) is not compared."""
-  if not isinstance(record.get("config"), dict):
+  be compared, or None).
+
+  Read from the record's ``vs_preset`` (``results.vs_preset``, computed when the record was written):
+  the report loads no config. A record without it (written before the field existed, or without a
+  stored config) is not compared: ``({}, None)``, so its cell gets no † and its Fix command no ``--set``s.
+  """
+  vs = _vs_preset(record)
+  if vs is None:
     return {}, None
-  preset, problem = _preset(record["protocol"], record["task"], record["attention"], record["seed"])
-  if preset is None:
-    return {}, problem
-  mine = checkpoints.flat_config(record["config"])
-  return {key: (mine.get(key, ABSENT), preset.get(key, ABSENT)) for key in sorted(set(mine) | set(preset))
-          if mine.get(key, ABSENT) != preset.get(key, ABSENT)}, None
-
-
-def _set_text(key: str, value: object) -> str:
-  """``key=value`` as ``--set`` parses it back to ``value`` (text that would read as a literal is quoted)."""
-  if isinstance(value, str):
-    return f"{key}={value if config_lib.parse_typed(value, None) == value else repr(value)}"
-  return f"{key}={value!r}"
+  if vs.get("problem"):
+    return {}, str(vs["problem"])
+  return {key: (sides.get("record", ABSENT), sides.get("preset", ABSENT))
+          for key, sides in (vs.get("differences") or {}).items()}, None
 
 
 def record_sets(record: dict) -> list[str]:
-  """The ``--set``s that rebuild a record's config from its protocol's preset (empty when it matches)."""
-  return [_set_text(key, mine) for key, (mine, _) in preset_differences(record)[0].items() if mine is not ABSENT]
+  """The ``--set``s that rebuild a record's config from its protocol's preset (empty when it matches, or
+  for a record without ``vs_preset``)."""
+  vs = _vs_preset(record)
+  return [] if vs is None or vs.get("problem") else list(vs.get("sets") or [])
+
+
+def ignored_keys(records: Iterable[dict]) -> list[str]:
+  """The keys the records' preset comparisons ignore (logging and checkpoint cadence: they change no
+  result, so a record differing from its preset in these only is still the preset), in order."""
+  return list(dict.fromkeys(key for r in records for key in ((_vs_preset(r) or {}).get("ignored") or [])))
 
 
 def _plugin(module: str | None) -> str | None:
@@ -117,7 +103,8 @@ def _off_preset(records: Sequence[dict]) -> str | None:
     differences, problem = preset_differences(record)
     if problem:
       return f"its preset cannot be built here ({problem})"
-    changed = {k: v for k, v in differences.items() if k not in RESULT_NEUTRAL_KEYS}
+    ignored = ignored_keys([record])
+    changed = {k: v for k, v in differences.items() if k not in ignored}
     if changed:
       return ", ".join(f"{k}={mine!r} (preset {preset!r})" for k, (mine, preset) in changed.items())
   return None
@@ -208,8 +195,8 @@ def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "R
   Uses the latest record of each run; the seeds of a cell are the records sharing one config apart from
   the seed (``results.setting_hash``). When a cell was run under several configs (overrides), the config
   with the most ``ok`` seeds (then the latest) is used and the others are counted in ``ignored``.
-  ``off_preset``: how the cell's config differs from its protocol's preset (``preset_differences``, keys
-  in ``RESULT_NEUTRAL_KEYS`` apart), None when it is the preset; such a cell gets no delta. ``fix``: the
+  ``off_preset``: how the cell's config differs from its protocol's preset (``preset_differences``, the
+  ``ignored_keys`` apart), None when it is the preset; such a cell gets no delta. ``fix``: the
   command that fills an empty cell, with the ``--plugin`` and ``--set``s of its record (of the protocol's
   other records for a cell without any).
   """
@@ -257,6 +244,7 @@ def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "R
       rows.append(row)
   frame = _add_intervals(pd.DataFrame(rows))
   frame.attrs["seeds"], frame.attrs["sets"] = seeds_used, common_sets
+  frame.attrs["ignored"] = ignored_keys(train_records)
   return frame
 
 
@@ -419,7 +407,7 @@ def _off_preset_notes(cells: pd.DataFrame, protocol: str) -> list[str]:
   if off.empty:
     return []
   return [f"{OFF_PRESET} = the cell's config is not the `{protocol}` preset (so no delta against the published "
-          f"number; ignored keys: {', '.join(RESULT_NEUTRAL_KEYS)}):"] + [
+          f"number; ignored keys: {', '.join(cells.attrs.get('ignored', []))}):"] + [
       f"{OFF_PRESET} {c.attention} / {TASK_TITLES.get(c.task, c.task)}: {c.off_preset[:400]}" for c in off.itertuples()]
 
 
@@ -461,11 +449,7 @@ def _task_problem(protocol: str, task: str) -> str | None:
   """Why a whole column cannot have data in this checkout (None if it can)."""
   if task not in tasks_lib.list_tasks():
     return f"task {task!r} is not implemented in this checkout"
-  try:
-    config_lib.load_config(protocol, task)
-  except config_lib.ConfigError as err:
-    return str(err)
-  return None
+  return preset_problem(protocol, task)
 
 
 def _missing_notes(cells: pd.DataFrame, protocol: str, results_dir: str) -> list[str]:

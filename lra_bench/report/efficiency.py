@@ -129,7 +129,8 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> l
   groups = []
   for (mode, batch, device), g in frame.groupby(["mode", "batch_size", "device_kind"], sort=True):
     lengths = sorted(g.length.unique().tolist())
-    attentions = sorted(g.attention.unique(), key=lambda n: (n not in BASELINES, BASELINES.index(n) if n in BASELINES else 0, n))
+    attentions = sorted(g.attention.unique(),
+                        key=lambda n: (n not in BASELINES, BASELINES.index(n) if n in BASELINES else 0, n))
     what = "training step (forward + backward + AdamW)" if mode == "train" else "inference (forward only)"
     setting = f"LRA Text model (4 layers, emb 256, 4 heads, mlp 1024), batch {batch}, {device}"
     speed = _efficiency_table(g, "steps_per_second", lambda v: f"{v:.2f}",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -107,8 +107,14 @@ class _Out:
 def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = None,
                  attention_length: int = 64, command: str | None = None,
                  protocols: Sequence[str] | None = None,
-                 attention_names: Sequence[str] | None = None) -> list[str]:
-  """Writes every table and figure of ``results_dir``'s records into ``out_dir``; returns the paths."""
+                 attention_names: Sequence[str] | None = None,
+                 attention_compiler: Callable | None = None,
+                 attention_fits: Callable[[Any, str, str], None] | None = None) -> list[str]:
+  """Writes every table and figure of ``results_dir``'s records into ``out_dir``; returns the paths.
+
+  ``attention_compiler`` / ``attention_fits``: how the attention patterns' probe is compiled and checked
+  for memory before it runs (``viz.plot_attention_grid``'s ``compiler`` / ``fits``; the command line
+  passes training's)."""
   records, unreadable = results.read_records(results_dir)
   results.warn_unreadable(unreadable)
   reference_acc, reference_eff = load_reference(reference_dir)
@@ -145,7 +151,8 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
     out.written += bubble[0]
     out.index += ["## Accuracy vs speed (LRA Fig. 3)", "", f"![bubble]({out.rel(bubble[0][0])})", "",
                   bubble[1], ""]
-  _patterns_section(out, attention_names or attention_zoo.list_attentions(), attention_length)
+  _patterns_section(out, attention_names or attention_zoo.list_attentions(), attention_length,
+                    compiler=attention_compiler, fits=attention_fits)
   out.write(os.path.join(out_dir, "index.md"), "\n".join(out.index))
   return out.written
 
@@ -169,8 +176,8 @@ def _accuracy_section(out: _Out, rep: AccuracyReport) -> AccuracyReport:
   md = [f"## Accuracy — protocol `{rep.protocol}`", "", rep.ours.to_markdown(), "", rep.published.to_markdown()]
   if rep.delta is not None:
     md += ["", rep.delta.to_markdown()]
-  md += ["", f"Files: [{out.rel(stem)}.csv]({out.rel(stem)}.csv) (every cell with seeds, test examples, Wilson interval, difference from vanilla, reference, delta), "
-             f"[{out.rel(stem)}.tex]({out.rel(stem)}.tex)."]
+  md += ["", f"Files: [{out.rel(stem)}.csv]({out.rel(stem)}.csv) (every cell with seeds, test examples, Wilson "
+             f"interval, difference from vanilla, reference, delta), [{out.rel(stem)}.tex]({out.rel(stem)}.tex)."]
   out.section(stem, md)
   return rep
 
@@ -207,8 +214,9 @@ def _efficiency_section(out: _Out, g: EfficiencyGroup) -> None:
   out.section(stem, md)
 
 
-def _patterns_section(out: _Out, names: Sequence[str], length: int) -> None:
-  paths, errors = viz.plot_attention_grid(names, os.path.join(out.directory, "attention_patterns"), length=length)
+def _patterns_section(out: _Out, names: Sequence[str], length: int, **probe: Any) -> None:
+  paths, errors = viz.plot_attention_grid(names, os.path.join(out.directory, "attention_patterns"), length=length,
+                                          **probe)
   out.written += paths
   out.index += ["## Effective attention patterns", ""]
   if paths:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 import attention_zoo
+import tasks as tasks_lib
 from lra_bench import REPO_ROOT
 
 DEFAULT_REFERENCE_DIR = os.path.join(REPO_ROOT, "reports", "reference")
@@ -69,14 +70,57 @@ def paper_name(attention: str) -> str | None:
   return None
 
 
+# The protocols are read from ``configs/`` itself (a ground-floor package, like ``tasks``): the report
+# loads no config through training, so what a protocol presets is asked of its module directly.
+
+
+def _protocols() -> list[str]:
+  """The protocol modules of ``configs/`` (``lra-bench list protocols``)."""
+  import configs
+
+  return configs.list_protocols()
+
+
+def protocol_module(protocol: str):
+  """``configs.<protocol>``, or None where this checkout has no such protocol."""
+  return importlib.import_module(f"configs.{protocol}") if protocol in _protocols() else None
+
+
+def preset_problem(protocol: str, task: str) -> str | None:
+  """Why ``protocol`` has no preset for ``task`` in this checkout (an unknown protocol; its
+  ``get_config(task)`` refuses the task, e.g. ``smoke`` and Path-X), or None where it has one."""
+  module = protocol_module(protocol)
+  if module is None:
+    return f"unknown protocol {protocol!r}; known protocols: {', '.join(_protocols())}"
+  try:
+    module.get_config(task)
+  except ValueError as err:
+    return str(err)
+  return None
+
+
+def preset_settings(protocol: str, task: str, attention: str) -> dict[str, Any] | None:
+  """Config key -> value that ``protocol`` sets for ``attention`` on ``task`` (its module's
+  ``attention_settings``; ``{}`` without one), or None where it has no such run here: no preset for the
+  task, or a task or an attention not registered in this process."""
+  module = protocol_module(protocol)
+  if module is None or task not in tasks_lib.list_tasks():
+    return None
+  try:
+    attention_zoo.attention_config(attention)
+    config = module.get_config(task)
+  except ValueError:  # an attention not registered here; a task the protocol has no config for
+    return None
+  config.model.attention = attention
+  settings = getattr(module, "attention_settings", None)
+  return dict(settings(config)) if settings is not None else {}
+
+
 def published_differences(protocol: str) -> dict[str, str]:
   """attention -> what its runs under ``protocol`` still set differently from the published row ("" =
   the same settings): the protocol module's ``PUBLISHED_DIFFERENCES`` (``configs/<protocol>.py``)."""
-  try:
-    module = importlib.import_module(f"configs.{protocol}")
-  except ImportError:
-    return {}
-  return dict(getattr(module, "PUBLISHED_DIFFERENCES", {}))
+  module = protocol_module(protocol)
+  return {} if module is None else dict(getattr(module, "PUBLISHED_DIFFERENCES", {}))
 
 
 def published_settings(protocol: str, attention: str) -> tuple[bool, str]:
@@ -115,18 +159,13 @@ def _format_settings(settings: dict[str, Any]) -> str:
 def protocol_settings_notes(protocol: str, attentions: Sequence[str], tasks: Sequence[str]) -> list[str]:
   """The report's protocol notes: per attention, the settings the protocol's preset ran on each task
   (tasks with equal settings grouped), and for each published row whether it is the same model."""
-  from lra_bench.training import config as config_lib  # flax-free, but keep the report import light
-
   notes = []
   for attention in attentions:
     groups: dict[str, list[str]] = {}
     for task in tasks:
-      try:
-        settings = config_lib.load_config(protocol, task, attention=attention)
-      except (config_lib.ConfigError, ValueError):
-        continue
-      base = config_lib.protocol_settings(protocol, settings)
-      groups.setdefault(_format_settings(base), []).append(TASK_TITLES.get(task, task))
+      settings = preset_settings(protocol, task, attention)
+      if settings is not None:
+        groups.setdefault(_format_settings(settings), []).append(TASK_TITLES.get(task, task))
     ran = "; ".join(f"{', '.join(names)}: {text}" for text, names in groups.items())
     same, differs = published_settings(protocol, attention)
     name = paper_name(attention)

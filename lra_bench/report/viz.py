@@ -1,11 +1,16 @@
-"""Effective attention matrices of the registered cores (the identity probe; docs/ARCHITECTURE.md, "The core").
+"""Heatmaps of the registered cores' effective attention matrices: this module only draws.
 
-Every core is linear in ``value``, so with one head and ``value = eye(L)`` its output *is* the matrix P
-[L, L] it applies to the values: row i holds the weights query i gives every key. ``effective_matrix``
-is the one probe: the report's heatmaps and the attention tests (``tests/attention_probe.py``) use it. The queries and keys
-are random (seeded), so the picture shows the core's sparsity pattern and how it spreads weight.
+The matrices come from the conformance kit's probe (``lra_bench.testing.effective_attention``;
+docs/ARCHITECTURE.md, "The effective matrix"): with one head and ``value = eye(L)`` a core's output is
+the matrix P [L, L] it applies to the values, row i holding the weights query i gives every key. The
+queries and keys are random (seeded), so the picture shows the core's sparsity pattern and how it
+spreads weight.
 
   lra-bench viz attention combiner_fixed --length 64 --out combiner_fixed.png
+
+The report imports no part of training: a caller that compiles the probe its own way or checks its memory
+first (the command line: ``training.steps.compile_run_once`` and ``training.xla_stats.check_fits``) passes
+them as ``compiler`` and ``fits``.
 """
 
 from __future__ import annotations
@@ -13,65 +18,27 @@ from __future__ import annotations
 import math
 import os
 import textwrap
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-import attention_zoo
+from lra_bench.testing import effective_attention
+
+# What a probe refused by ``fits`` can change.
+PROBE_FIX = "use a shorter --length (the probe holds several length x length matrices)"
 
 
-def init_and_apply(core, q, k, v, mask=None, *, deterministic=True, seed=0, variables=None):
-  """Initializes ``core`` on these inputs (unless ``variables`` is given) and applies it; (out, variables).
-
-  Streams: ``params`` key(seed), ``dropout`` key(seed + 1), ``attention`` key(seed + 2).
-  """
-  import jax
-
-  rngs = {"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1),
-          "attention": jax.random.key(seed + 2)}
-  if variables is None:
-    variables = core.init(rngs, q, k, v, mask=mask, deterministic=True)
-  out = core.apply(variables, q, k, v, mask=mask, deterministic=deterministic,
-                   rngs={"dropout": rngs["dropout"], "attention": rngs["attention"]}, mutable=False)
-  return out, variables
-
-
-def _effective(core, q, k, mask=None, variables=None, seed=0):
-  """``effective_matrix`` as a traceable function (a jax array)."""
-  import jax.numpy as jnp
-
-  batch, length = q.shape[:2]
-  eye = jnp.broadcast_to(jnp.eye(length, dtype=q.dtype)[None, :, None, :], (batch, length, 1, length))
-  out, _ = init_and_apply(core, q, k, eye, mask, variables=variables, seed=seed)
-  return out[:, :, 0, :]
-
-
-def effective_matrix(core, q, k, mask=None, variables=None, seed=0) -> np.ndarray:
-  """P [B, L, L] of ``core`` for one-head ``q, k`` [B, L, 1, D]: its output for ``value = eye(L)``."""
-  return np.asarray(_effective(core, q, k, mask, variables, seed))
-
-
-def effective_attention(name: str, length: int = 64, *, head_dim: int = 16, seed: int = 0,
-                        scale: float = 0.5, **overrides) -> np.ndarray:
-  """P [L, L] of core ``name`` (default config + ``overrides``) for one random head.
-
-  ``scale`` multiplies the N(0, 1) queries and keys: below 1 the softmax is soft enough that every
-  pair a core lets interact gets visible weight, so the picture shows the core's support.
-  """
-  import jax
-
-  from lra_bench.training import steps, xla_stats
-
-  kq, kk, _ = jax.random.split(jax.random.key(seed), 3)  # the queries and keys of earlier reports
-  q = scale * jax.random.normal(kq, (1, length, 1, head_dim))
-  k = scale * jax.random.normal(kk, (1, length, 1, head_dim))
-  core = attention_zoo.create_attention(name, **overrides)
-
-  # One compiled program per core: op by op, the report's grid of 46 cores took 51 s; compiled, 10 s.
-  probe = steps.compile_run_once(lambda q, k: _effective(core, q, k, seed=seed), q, k)
-  xla_stats.check_fits(probe, f"effective-attention probe of {name} at length {length}",
-                       "use a shorter --length (the probe holds several length x length matrices)")
-  return np.asarray(probe(q, k))[0]
+def _matrix(name: str, length: int, seed: int, compiler: Callable | None = None,
+            fits: Callable[[Any, str, str], None] | None = None) -> np.ndarray:
+  """``effective_attention(name, length)``, compiled by ``compiler`` and shown to ``fits(compiled, what,
+  fix)`` (which raises if it cannot run) where they are given."""
+  hooks: dict[str, Callable] = {}
+  if compiler is not None:
+    hooks["compiler"] = compiler
+  if fits is not None:
+    hooks["before_run"] = lambda probe: fits(probe, f"effective-attention probe of {name} at length {length}",
+                                             PROBE_FIX)
+  return effective_attention(name, length, seed=seed, **hooks)
 
 
 def _draw(ax, matrix: np.ndarray, title: str, fontsize: float = 9):
@@ -101,12 +68,14 @@ def _colorbar(fig, image, ax, fontsize: float = 7, cax=None):
   return bar
 
 
-def plot_attention(name: str, out: str, length: int = 64, seed: int = 0) -> list[str]:
-  """Writes the heatmap of one core to ``out`` (its extension picks the format); returns the paths."""
+def plot_attention(name: str, out: str, length: int = 64, seed: int = 0, *, compiler: Callable | None = None,
+                   fits: Callable[[Any, str, str], None] | None = None) -> list[str]:
+  """Writes the heatmap of one core to ``out`` (its extension picks the format); returns the paths.
+  ``compiler`` / ``fits``: see the module docstring."""
   from lra_bench.report import plots
 
   plt = plots.pyplot()
-  matrix = effective_attention(name, length, seed=seed)
+  matrix = _matrix(name, length, seed, compiler, fits)
   fig, ax = plt.subplots(figsize=(4.2, 3.8))
   image = _draw(ax, matrix, f"effective attention weights of {name} (one head, L={length})")
   ax.set_xlabel("key position")
@@ -115,16 +84,18 @@ def plot_attention(name: str, out: str, length: int = 64, seed: int = 0) -> list
   return plots.save(fig, out)
 
 
-def plot_attention_grid(names: Sequence[str], out_stem: str, length: int = 64,
-                        seed: int = 0) -> tuple[list[str], dict[str, str]]:
-  """One panel per core in a grid; returns (paths, {name: error} for cores that could not be probed)."""
+def plot_attention_grid(names: Sequence[str], out_stem: str, length: int = 64, seed: int = 0, *,
+                        compiler: Callable | None = None,
+                        fits: Callable[[Any, str, str], None] | None = None) -> tuple[list[str], dict[str, str]]:
+  """One panel per core in a grid; returns (paths, {name: error} for cores that could not be probed).
+  ``compiler`` / ``fits``: see the module docstring."""
   from lra_bench.report import plots
 
   plt = plots.pyplot()
   matrices, errors = {}, {}
   for name in names:
     try:
-      matrices[name] = effective_attention(name, length, seed=seed)
+      matrices[name] = _matrix(name, length, seed, compiler, fits)
     except Exception as err:  # noqa: BLE001 - one broken core must not hide the others
       errors[name] = f"{type(err).__name__}: {err}"
   if not matrices:

@@ -35,7 +35,8 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
-from lra_bench.training.config import ConfigError
+from lra_bench import files
+from lra_bench.errors import ConfigError, UserError
 from lra_bench.training.steps import TrainState
 
 # Keys that change how often a run logs or checkpoints but not its numbers (resume is exact whatever the
@@ -43,18 +44,14 @@ from lra_bench.training.steps import TrainState
 RESULT_NEUTRAL_KEYS = ("log_every", "checkpoint_every")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
   """A checkpoint cannot be read. The message names the directory and the fix."""
+
+  exit_code = 1
 
 
 class ConfigMismatchError(ConfigError):
   """The workdir holds checkpoints of another config. Not a result of the run: nothing was trained."""
-
-
-def absolute(path: str) -> str:
-  """``path`` made absolute (``~`` expanded): orbax refuses relative checkpoint paths, and a record must
-  name its directories wherever it is read from."""
-  return os.path.abspath(os.path.expanduser(path))
 
 
 def flat_config(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -153,7 +150,7 @@ class Checkpoints:
   """``<workdir>/checkpoints/{last,best}`` (orbax) + the tf.data iterator state beside ``last``."""
 
   def __init__(self, workdir: str, config: ml_collections.ConfigDict):
-    self.root = os.path.join(absolute(workdir), "checkpoints")
+    self.root = os.path.join(files.absolute(workdir), "checkpoints")
     self.config = _as_json(config.to_dict())
     # orbax coordinates the processes of a multi-host run; the tf.data iterator state is per process.
     # ``best`` keeps every step it is given; ``_keep_best`` prunes it (see the module docstring).
@@ -178,7 +175,7 @@ class Checkpoints:
     directory = os.path.join(self.root, name)
     try:
       return ocp.CheckpointManager(directory, options=options)
-    except Exception as err:  # noqa: BLE001 - whatever orbax raises, the user needs the directory and fix
+    except Exception as err:
       raise self.unreadable(directory, err) from err
 
   def _step_dir(self, manager: ocp.CheckpointManager, step: int) -> str:
@@ -231,7 +228,7 @@ class Checkpoints:
       # progress (written by process 0) names process 0's file; each process reads its own of that step.
       data_prefix = os.path.join(self.data_dir, os.path.basename(progress["data_checkpoint"]))
       iterator_ckpt.read(data_prefix).expect_partial()
-    except Exception as err:  # noqa: BLE001 - TensorStore, TF and orbax errors alike: name dir and fix
+    except Exception as err:
       raise self.unreadable(directory, err) from err
     self.committed_best_step = progress["best_step"]
     self._keep_best(self.committed_best_step)
@@ -249,7 +246,7 @@ class Checkpoints:
     try:
       with quiet_orbax():
         progress = dict(self.last.restore(step, args=ocp.args.Composite(progress=ocp.args.JsonRestore()))["progress"])
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
       raise self.unreadable(directory, err) from err
     fix = (f"rerun with --force to train this run from scratch, or use another --workdir than "
            f"{os.path.dirname(self.root)}")
@@ -283,5 +280,5 @@ class Checkpoints:
       with quiet_orbax():
         return self.best.restore(step, args=ocp.args.StandardRestore(
             {"params": target.params, "model_state": target.model_state}))
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
       raise self.unreadable(directory, err) from err

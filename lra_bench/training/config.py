@@ -2,16 +2,19 @@
 
 ``load_config(protocol, task, overrides, attention=..., seed=...)`` is the only way a config is made:
 the attention and the seed are arguments (never formatted into override strings), and every override
-``key=value`` is parsed by the type of the field it replaces (``batch_size=8`` an int,
-``precision=bfloat16`` a string, ``optimizer.learning_rate=1e-3`` a float; quotes around strings are
-optional). ``protocol`` and ``task`` are never overrides (``FIXED_KEYS``: they name the preset, so a
-smoke run cannot be relabelled ``lra``). Unknown keys are errors, except below the open sections ``OPEN_SECTIONS``: a new key of
-``model.attention_kwargs`` is parsed by the type of the attention config's field of that name (and
-checked by the registry), a new key of ``data.options`` / ``data.prepare`` as a Python literal, else as
-text. ``validate`` holds every check a config can have without knowing the devices: each key's type and
+``key=value`` is parsed by the type of the field it replaces (``batch_size=8`` an int, ``precision=bfloat16``
+a string, ``optimizer.learning_rate=1e-3`` a float; quotes around strings are optional). ``protocol`` and
+``task`` are never overrides (``FIXED_KEYS``: they name the preset, so a smoke run cannot be relabelled
+``lra``). Unknown keys are errors, except below the open sections ``OPEN_SECTIONS``: a new key of
+``model.attention_kwargs`` is parsed by the type of the attention config's field of that name (and checked by
+the registry), a new key of ``data.options`` / ``data.prepare`` as a Python literal, else as text.
+``validate`` holds every check a config can have without knowing the devices: each key's type and
 range (``NUMERIC_KEYS``; True is not a batch size), the names (precision, pooling, schedule factors ...),
 the open sections against what the task and the attention core take, and the cross-key rules; each
-failure is one line naming the key, the value and what is allowed, raised before the first step.
+failure is one line naming the key, the value and what is allowed, raised before the first step. The
+words come from the modules that use them (``optim.SCHEDULE_FACTORS``, ``parallel.PARAM_SHARDINGS``,
+``models.POOLINGS``, ``tasks.base.PREPARE_RANGES``); a section added by a caller (the benchmark's
+``bench``) is checked by the caller's own ``checks``, which ``load_config`` runs after these.
 """
 
 from __future__ import annotations
@@ -23,9 +26,8 @@ import importlib
 import inspect
 import json
 import math
-import pkgutil
 import typing
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import ml_collections
 from absl import flags
@@ -34,25 +36,17 @@ from ml_collections.config_flags import config_path
 import attention_zoo
 import configs as _configs_pkg
 import tasks as tasks_lib
+from lra_bench.errors import ConfigError
+from tasks.base import MAX_SEED, PREPARE_RANGES
 
 OPEN_SECTIONS = ("model.attention_kwargs", "data.options", "data.prepare")
-PARAM_SHARDINGS = ("replicated", "fsdp")
 PRECISIONS = ("float32", "bfloat16")  # compute dtype; parameters, softmax, norms and the loss stay float32
-# factors of optimizer.schedule (lra_bench/training/optim.py multiplies them)
-SCHEDULE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "linear_decay", "cosine_decay")
-BENCH_MODES = ("train", "inference")
-MAX_SEED = 2**31 - 1  # seeds feed jax.random.PRNGKey and tf.data; both take any value up to here
 # Keys that say what a run is: they come from load_config's arguments (the --protocol / --task flags),
 # never from an override, so a 60-step smoke run cannot be relabelled as an LRA run.
 FIXED_KEYS = {"protocol": "--protocol", "task": "--task"}
 
 
-class ConfigError(ValueError):
-  """A protocol, config key or value that does not exist or does not fit."""
-
-
-def list_protocols() -> list[str]:
-  return sorted(m.name for m in pkgutil.iter_modules(_configs_pkg.__path__) if not m.name.startswith("_"))
+list_protocols = _configs_pkg.list_protocols
 
 
 def _literal(text: str) -> Any:
@@ -118,14 +112,15 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
 
 
 def load_config(protocol: str, task: str, overrides: Iterable[str] = (), *, attention: str | None = None,
-                seed: int | None = None,
-                extend: Callable[[ml_collections.ConfigDict], None] | None = None) -> ml_collections.ConfigDict:
+                seed: int | None = None, extend: Callable[[ml_collections.ConfigDict], None] | None = None,
+                checks: Sequence[Callable[[ml_collections.ConfigDict], None]] = ()) -> ml_collections.ConfigDict:
   """The locked, validated config of ``task`` under ``protocol``.
 
   ``attention`` / ``seed`` replace the protocol's (an override ``model.attention=...`` chooses the
   attention too); the protocol's per-attention settings (``attention_settings(config)`` of its module,
   e.g. what LRA ran for that model on that task) are applied next; ``extend(config)`` may add sections
-  (the benchmark's ``bench``); ``overrides`` come last, so they win over all of these.
+  (the benchmark's ``bench``), and ``checks`` validate them (each raises ``ConfigError``) after
+  ``validate``; ``overrides`` come last, so they win over all of these.
   """
   if protocol not in list_protocols():
     raise ConfigError(f"unknown protocol {protocol!r}; known protocols: {', '.join(list_protocols())}")
@@ -146,6 +141,8 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = (), *, atte
   config.lock()
   apply_overrides(config, overrides)
   validate(config)
+  for check in checks:
+    check(config)
   return config
 
 
@@ -175,46 +172,41 @@ def apply_settings(config: ml_collections.ConfigDict, settings: dict[str, Any]) 
 
 # Ranges of the numeric keys: (key, kind, low, high, what). ``int`` keys take Python ints only (True is
 # not a batch size); ``float`` keys take ints or floats, finite. ``closed`` bounds are allowed values.
-_INT, _FLOAT = "an integer", "a number"
+INT, FLOAT = "an integer", "a number"
 NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
-    ("seed", _INT, 0, MAX_SEED, "in [0, 2**31 - 1]"),
-    ("batch_size", _INT, 1, None, ">= 1"),
-    ("accumulate_steps", _INT, 1, None, ">= 1"),
-    ("num_train_steps", _INT, 1, None, ">= 1"),
-    ("eval_every", _INT, 1, None, ">= 1"),
-    ("log_every", _INT, 1, None, ">= 1"),
-    ("checkpoint_every", _INT, 1, None, ">= 1"),
-    ("model.num_layers", _INT, 1, None, ">= 1"),
-    ("model.num_heads", _INT, 1, None, ">= 1"),
-    ("model.emb_dim", _INT, 1, None, ">= 1"),
-    ("model.qkv_dim", _INT, 1, None, ">= 1"),
-    ("model.mlp_dim", _INT, 1, None, ">= 1"),
-    ("model.dropout_rate", _FLOAT, 0.0, 1.0, "in [0, 1)"),
-    ("model.attention_dropout_rate", _FLOAT, 0.0, 1.0, "in [0, 1)"),
-    ("data.max_length", _INT, 1, None, ">= 1"),
-    ("data.shuffle_buffer", _INT, 1, None, ">= 1"),
-    ("optimizer.learning_rate", _FLOAT, 0.0, None, "> 0"),
-    ("optimizer.warmup_steps", _INT, 0, None, ">= 0"),
-    ("optimizer.steps_per_cycle", _INT, 1, None, ">= 1"),
-    ("optimizer.weight_decay", _FLOAT, 0.0, None, ">= 0"),
-    ("optimizer.b1", _FLOAT, 0.0, 1.0, "in [0, 1)"),
-    ("optimizer.b2", _FLOAT, 0.0, 1.0, "in [0, 1)"),
-    ("optimizer.eps", _FLOAT, 0.0, None, "> 0"),
-    ("optimizer.grad_clip_norm", _FLOAT, 0.0, None, ">= 0 (0 = no clipping)"),
-    ("bench.warmup_steps", _INT, 0, None, ">= 0"),
-    ("bench.repeats", _INT, 1, None, ">= 1"),
+    ("seed", INT, 0, MAX_SEED, "in [0, 2**31 - 1]"),
+    ("batch_size", INT, 1, None, ">= 1"),
+    ("accumulate_steps", INT, 1, None, ">= 1"),
+    ("num_train_steps", INT, 1, None, ">= 1"),
+    ("eval_every", INT, 1, None, ">= 1"),
+    ("log_every", INT, 1, None, ">= 1"),
+    ("checkpoint_every", INT, 1, None, ">= 1"),
+    ("model.num_layers", INT, 1, None, ">= 1"),
+    ("model.num_heads", INT, 1, None, ">= 1"),
+    ("model.emb_dim", INT, 1, None, ">= 1"),
+    ("model.qkv_dim", INT, 1, None, ">= 1"),
+    ("model.mlp_dim", INT, 1, None, ">= 1"),
+    ("model.dropout_rate", FLOAT, 0.0, 1.0, "in [0, 1)"),
+    ("model.attention_dropout_rate", FLOAT, 0.0, 1.0, "in [0, 1)"),
+    ("data.max_length", INT, 1, None, ">= 1"),
+    ("data.shuffle_buffer", INT, 1, None, ">= 1"),
+    ("optimizer.learning_rate", FLOAT, 0.0, None, "> 0"),
+    ("optimizer.warmup_steps", INT, 0, None, ">= 0"),
+    ("optimizer.steps_per_cycle", INT, 1, None, ">= 1"),
+    ("optimizer.weight_decay", FLOAT, 0.0, None, ">= 0"),
+    ("optimizer.b1", FLOAT, 0.0, 1.0, "in [0, 1)"),
+    ("optimizer.b2", FLOAT, 0.0, 1.0, "in [0, 1)"),
+    ("optimizer.eps", FLOAT, 0.0, None, "> 0"),
+    ("optimizer.grad_clip_norm", FLOAT, 0.0, None, ">= 0 (0 = no clipping)"),
 )
 # Bounds that are not allowed themselves: learning_rate > 0, eps > 0, rates and betas < 1.
 _OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps"}
 _OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "optimizer.b1", "optimizer.b2"}
-# data.prepare counts (also the `data prepare` flags): name -> (low, high); the minimums are the tasks'
-PREPARE_RANGES = {**{name: (low, None) for name, low in tasks_lib.base.PREPARE_MINIMUMS.items()},
-                  "seed": (0, MAX_SEED)}
 # data.options values that are counts: 0 = no limit
 OPTION_RANGES = {"limit": (0, None), "contour_length": (1, None), "split_seed": (0, MAX_SEED)}
 
 
-def _fail(key: str, value: Any, allowed: str) -> None:
+def fail(key: str, value: Any, allowed: str) -> None:
   raise ConfigError(f"{key}={value!r} is not allowed; expected {allowed}")
 
 
@@ -231,21 +223,21 @@ def check_number(key: str, value: Any, kind: str, low: float, high: float | None
                  open_low: bool = False, open_high: bool = False) -> None:
   """Raises ConfigError unless ``value`` is ``kind`` (an int; or an int/float) within the bounds."""
   expected = f"{kind} {allowed}".strip()
-  numeric = (int,) if kind == _INT else (int, float)
+  numeric = (int,) if kind == INT else (int, float)
   if isinstance(value, bool) or not isinstance(value, numeric):
-    _fail(key, value, expected)
-  if kind == _FLOAT and not math.isfinite(value):
-    _fail(key, value, expected)
+    fail(key, value, expected)
+  if kind == FLOAT and not math.isfinite(value):
+    fail(key, value, expected)
   if value < low or (open_low and value == low):
-    _fail(key, value, expected)
+    fail(key, value, expected)
   if high is not None and (value > high or (open_high and value == high)):
-    _fail(key, value, expected)
+    fail(key, value, expected)
 
 
-def _check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
+def check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
   choices = tuple(choices)
   if value not in choices:
-    _fail(key, value, f"one of {', '.join(choices)}")
+    fail(key, value, f"one of {', '.join(choices)}")
 
 
 def _check_keywords(key: str, given: Iterable[str], function: Callable[..., Any], skip: Iterable[str]) -> None:
@@ -260,32 +252,36 @@ def _check_keywords(key: str, given: Iterable[str], function: Callable[..., Any]
 
 
 def validate_prepare(options: dict[str, Any], where: str = "data.prepare") -> None:
-  """The ``data prepare`` options (a protocol's ``data.prepare``, updated by flags): counts and lengths."""
+  """The ``data prepare`` options (a protocol's ``data.prepare``, updated by flags): counts and lengths
+  (``tasks.base.PREPARE_RANGES``)."""
   for name, (low, high) in PREPARE_RANGES.items():
     if options.get(name) is not None:
       allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
-      check_number(f"{where}.{name}", options[name], _INT, low, high, allowed)
-  low, high = options.get("min_length"), options.get("max_length")
+      check_number(f"{where}.{name}", options[name], INT, low, high, allowed)
+  low, high = options.get("min_length"), options.get("max_expression_length")
   problem = None if low is None or high is None else tasks_lib.base.length_range_error(low, high)
   if problem:
-    raise ConfigError(f"{where}: min_length={low} and max_length={high} leave no length: {problem}")
+    raise ConfigError(f"{where}: min_length={low} and max_expression_length={high} leave no length: {problem}")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Every check that needs no devices, so a bad value fails before start-up, never after an hour."""
+  from lra_bench.training import parallel  # jax; imported here so that loading this module stays light
+
   for key, kind, low, high, allowed in NUMERIC_KEYS:
     present, value = _lookup(config, key)
     if present:
       check_number(key, value, kind, low, high, allowed, key in _OPEN_LOW, key in _OPEN_HIGH)
   if config.precision not in PRECISIONS:
     raise ConfigError(f"unknown precision {config.precision!r}; expected one of {PRECISIONS}")
-  if config.param_sharding not in PARAM_SHARDINGS:
-    raise ConfigError(f"unknown param_sharding {config.param_sharding!r}; expected one of {PARAM_SHARDINGS}")
+  if config.param_sharding not in parallel.PARAM_SHARDINGS:
+    raise ConfigError(f"unknown param_sharding {config.param_sharding!r}; expected one of "
+                      f"{parallel.PARAM_SHARDINGS}")
   if config.batch_size % config.accumulate_steps:
     raise ConfigError(f"batch_size {config.batch_size} is not a positive multiple of accumulate_steps "
                       f"{config.accumulate_steps}")
   if config.num_eval_batches != -1:
-    check_number("num_eval_batches", config.num_eval_batches, _INT, 1, None, "-1 (all) or >= 1")
+    check_number("num_eval_batches", config.num_eval_batches, INT, 1, None, "-1 (all) or >= 1")
   if config.model.qkv_dim % config.model.num_heads:
     raise ConfigError(f"model.qkv_dim={config.model.qkv_dim} is not allowed with model.num_heads="
                       f"{config.model.num_heads}; expected a multiple of num_heads")
@@ -305,13 +301,13 @@ def _validate_attention(config: ml_collections.ConfigDict) -> None:
   for field, value in kwargs.items():
     key, kind = f"model.attention_kwargs.{field}", hints.get(field)
     if kind is bool and not isinstance(value, bool):
-      _fail(key, value, "True or False")
+      fail(key, value, "True or False")
     elif kind is int:
-      check_number(key, value, _INT, -math.inf, None, "")
+      check_number(key, value, INT, -math.inf, None, "")
     elif kind is float:
-      check_number(key, value, _FLOAT, -math.inf, None, "")
+      check_number(key, value, FLOAT, -math.inf, None, "")
   if "dropout_rate" in kwargs:
-    check_number("model.attention_kwargs.dropout_rate", kwargs["dropout_rate"], _FLOAT, 0.0, 1.0, "in [0, 1)",
+    check_number("model.attention_kwargs.dropout_rate", kwargs["dropout_rate"], FLOAT, 0.0, 1.0, "in [0, 1)",
                  open_high=True)
   try:
     attention_zoo.attention_config(config.model.attention, **kwargs)
@@ -320,23 +316,19 @@ def _validate_attention(config: ml_collections.ConfigDict) -> None:
 
 
 def _validate_names(config: ml_collections.ConfigDict) -> None:
-  """The string keys: protocol, task, pooling, positions, schedule factors, bench mode."""
-  from lra_bench.training import models  # flax; imported here so that loading this module stays light
+  """The string keys: protocol, task, pooling, positions, schedule factors."""
+  from lra_bench.training import models, optim  # flax, optax: imported here so that loading this module stays light
 
   if not isinstance(config.protocol, str) or not config.protocol:
-    _fail("protocol", config.protocol, "a protocol name")
-  _check_choice("task", config.task, tasks_lib.list_tasks())
-  _check_choice("model.pooling", config.model.pooling, models.POOLINGS)
-  _check_choice("model.positions", config.model.positions, models.POSITIONS)
+    fail("protocol", config.protocol, "a protocol name")
+  check_choice("task", config.task, tasks_lib.list_tasks())
+  check_choice("model.pooling", config.model.pooling, models.POOLINGS)
+  check_choice("model.positions", config.model.positions, models.POSITIONS)
   factors = [factor.strip() for factor in str(config.optimizer.schedule).split("*")]
-  unknown = sorted(set(factors) - set(SCHEDULE_FACTORS))
+  unknown = sorted(set(factors) - set(optim.SCHEDULE_FACTORS))
   if unknown:
     raise ConfigError(f"optimizer.schedule={config.optimizer.schedule!r}: unknown schedule factor(s) "
-                      f"{unknown}; expected a product ('a * b') of {', '.join(SCHEDULE_FACTORS)}")
-  if "bench" in config:
-    _check_choice("bench.mode", config.bench.mode, BENCH_MODES)
-    if not isinstance(config.bench.compile_only, bool):
-      _fail("bench.compile_only", config.bench.compile_only, "True or False")
+                      f"{unknown}; expected a product ('a * b') of {', '.join(optim.SCHEDULE_FACTORS)}")
 
 
 def _validate_data(config: ml_collections.ConfigDict) -> None:
@@ -352,7 +344,7 @@ def _validate_data(config: ml_collections.ConfigDict) -> None:
   for name, (low, high) in OPTION_RANGES.items():
     if options.get(name) is not None:
       allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
-      check_number(f"data.options.{name}", options[name], _INT, low, high, allowed)
+      check_number(f"data.options.{name}", options[name], INT, low, high, allowed)
   prepare = config.data.prepare.to_dict()
   _check_keywords("data.prepare", prepare, task.prepare, skip=("progress",))
   validate_prepare(prepare)

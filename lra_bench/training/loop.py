@@ -37,13 +37,16 @@ import optax
 
 import attention_zoo
 import tasks as tasks_lib
-from lra_bench.training import config as config_lib
+from lra_bench import files
+from lra_bench.errors import UserError
 from lra_bench.training import optim, parallel, steps, xla_stats
-from lra_bench.training.checkpoints import Checkpoints, absolute
+from lra_bench.training.checkpoints import Checkpoints
 
 
-class TrainingError(RuntimeError):
+class TrainingError(UserError, RuntimeError):
   """Training cannot continue (e.g. the loss became NaN). The message says what to change."""
+
+  exit_code = 1
 
 
 class Interrupted(KeyboardInterrupt):
@@ -224,7 +227,7 @@ class Run:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, data_dir: str, devices=None):
     self.config, self.wall_start = config, time.perf_counter()
-    workdir, data_dir = absolute(workdir), absolute(data_dir)
+    workdir, data_dir = files.absolute(workdir), files.absolute(data_dir)
     self.mesh = parallel.make_mesh(devices)
     self.layout = parallel.batch_split(config.batch_size, config.accumulate_steps, self.mesh.size,
                                        jax.process_count())
@@ -435,9 +438,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
                        devices=None) -> dict[str, Any]:
   """Trains ``config`` in ``workdir`` (resuming if a checkpoint is there); returns its measurements.
 
-  Data-parallel over ``devices`` (default: every device of every process; see ``parallel``).
+  Data-parallel over ``devices`` (default: every device of every process; see ``parallel``). ``config``
+  comes from ``config.load_config``, which validated it.
   """
-  config_lib.validate(config)  # also a config changed in Python after load_config
   run = Run(config, workdir, data_dir, devices)
   run.train()
   return run.test()

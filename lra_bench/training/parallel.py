@@ -22,9 +22,10 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from lra_bench.training.config import PARAM_SHARDINGS, ConfigError
+from lra_bench.errors import ConfigError
 
 DATA = "data"  # the mesh axis batches are split over
+PARAM_SHARDINGS = ("replicated", "fsdp")  # config.param_sharding: the state replicated, or split (module docstring)
 # Arrays smaller than this stay replicated under "fsdp" (biases, norms, step counters, keys): splitting
 # them saves nothing and costs a collective each.
 FSDP_MIN_SIZE = 2 ** 14
@@ -129,8 +130,6 @@ def _fsdp_spec(shape: tuple[int, ...], num_shards: int) -> P:
 
 def state_shardings(state, mesh: Mesh, param_sharding: str = "replicated"):
   """A ``NamedSharding`` per leaf of ``state`` (arrays or ``ShapeDtypeStruct``s)."""
-  if param_sharding not in PARAM_SHARDINGS:
-    raise ConfigError(f"unknown param_sharding {param_sharding!r}; expected one of {PARAM_SHARDINGS}")
   if param_sharding == "replicated":
     return jax.tree.map(lambda _: replicated(mesh), state)
   return jax.tree.map(lambda x: NamedSharding(mesh, _fsdp_spec(tuple(x.shape), mesh.size)), state)

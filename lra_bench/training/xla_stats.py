@@ -13,10 +13,12 @@ import resource
 
 import jax
 
+from lra_bench import errors
+
 GIB = 2 ** 30
 
 
-class MemoryEstimateError(MemoryError):
+class MemoryEstimateError(errors.UserError, MemoryError):
   """A compiled program needs more memory than is free; refused before it runs (the message says both)."""
 
 
