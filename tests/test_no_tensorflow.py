@@ -57,6 +57,10 @@ def no_tf(tmp_path):
     log.write_text("")
     environ = dict(os.environ, NO_TF_LOG=str(log), JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="1",
                    PYTHONPATH=os.pathsep.join([str(site), ROOT]), **env)
+    # Without the test run's compilation cache (conftest; an empty value turns it off, also for a pytest
+    # started here): JAX opens a cache folder through etils, which asks importlib whether TensorFlow
+    # exists (a lookup, not an import, but this blocker logs both).
+    environ["JAX_COMPILATION_CACHE_DIR"] = ""
     proc = subprocess.run([sys.executable, *args], cwd=str(tmp_path), env=environ, capture_output=True,
                           text=True, timeout=timeout)
     return proc, log.read_text()
