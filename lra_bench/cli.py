@@ -586,7 +586,7 @@ def _bench(args: argparse.Namespace) -> str:
   check_overrides("bench", args.set)
   if args.compile_only and args.compile_only_from is not None:
     raise UsageError(f"--compile_only compiles every length and --compile_only_from {args.compile_only_from} "
-                      "only the lengths from there on; give one of them")
+                     "only the lengths from there on; give one of them")
   summary = bench.run_bench(args.lengths, args.attentions, results_dir=args.results_dir,
                             batch_size=args.batch_size, mode=args.mode, warmup_steps=args.warmup_steps,
                             repeats=args.repeats, compile_only=args.compile_only,
@@ -598,23 +598,22 @@ def _bench(args: argparse.Namespace) -> str:
 def _report(args: argparse.Namespace) -> str:
   from lra_bench.experiments import results
   from lra_bench.report import index
+  from lra_bench.training import steps, xla_stats
 
   records = os.path.join(args.results_dir, results.RESULTS_FILE)
   if os.path.exists(args.results_dir) and not os.path.isdir(args.results_dir):
     raise UsageError(f"--results_dir: {args.results_dir} is a file, not a directory; pass the folder that "
-                      f"holds {results.RESULTS_FILE}")
+                     f"holds {results.RESULTS_FILE}")
   if not os.path.isdir(args.results_dir):
     raise UsageError(f"--results_dir: {args.results_dir} does not exist; run lra-bench suite or bench "
-                      "with this --results_dir first")
+                     "with this --results_dir first")
   if not os.path.isfile(records) or not os.path.getsize(records):
     raise UsageError(f"--results_dir: {args.results_dir} has no records ({results.RESULTS_FILE} is "
-                      "missing or empty); run lra-bench suite or bench with this --results_dir first")
+                     "missing or empty); run lra-bench suite or bench with this --results_dir first")
   problem = index.reference_problem(args.reference_dir)
   if problem:
     raise UsageError(f"--reference_dir: {problem}")
   out = args.out or checked_output_dir("--out", os.path.join(args.results_dir, "report"))
-  from lra_bench.training import steps, xla_stats
-
   # The heatmaps' probe compiled as every other program of the package (and refused where it cannot fit).
   paths = index.write_report(args.results_dir, out, reference_dir=args.reference_dir,
                              attention_length=args.length,
