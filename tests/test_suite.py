@@ -147,3 +147,110 @@ def test_two_concurrent_suites_never_duplicate(listops_dir, tmp_path):
   ran = [name for s in summaries for names in s.ran.values() for name in names]
   assert sorted(ran) == sorted(set(ran)) and len(ran) == 4
   assert len(ran) + sum(len(s.claimed_elsewhere) + len(s.done_before) for s in summaries) == 8
+
+
+# The console: a task without data is one line (run and summary), failed / oom cells are named, lists are cut.
+
+FOUR = "vanilla,local,performer,linformer"
+
+
+def _output_lines(capsys) -> list[str]:
+  return capsys.readouterr().out.splitlines()
+
+
+def test_missing_data_is_one_line_per_task_in_the_run_and_the_summary(tmp_path, capsys):
+  """4 attentions x 2 tasks without data: one line per task as the grid runs, one per task in the
+  summary (its cell count and the fix), no cell named anywhere; a resume says the same."""
+  kwargs = dict(results_dir=str(tmp_path / "results"), data_dir=str(tmp_path / "empty"), progress=False)
+  for attempt in ("first", "resume"):  # the resume reruns the no_data cells and reads their records
+    summary = suite.run_suite("smoke", "listops,pathfinder", FOUR, "0", **kwargs)
+    run = _output_lines(capsys)
+    assert [line.split(":")[0] for line in run] == ["listops", "pathfinder"], (attempt, run)
+    assert run[0].startswith("listops: no_data (shown once for the task; the summary counts its cells): ")
+    lines = summary.lines()
+    assert lines[0].endswith("8 cells: 8 no_data (ran now 8, already done 0)"), lines
+    for line, task in zip(lines[1:], ["listops", "pathfinder"], strict=True):
+      assert line.startswith(f"no_data: {task} (4 cells): {task.replace('listops', 'ListOps')} data not found")
+      assert line.endswith(f"with: lra-bench data prepare {task} --protocol smoke --data_dir {tmp_path / 'empty'}")
+    assert not any("/seed0" in line for line in run + lines) and summary.exit_code() == 0
+
+
+def _fake_run_cell(statuses: dict[str, str]):
+  """A ``suite.run_cell`` that trains nothing and records nothing: the record of ``statuses[task]``
+  (``failed/oom``: every 7th cell ``oom``, the others ``failed``)."""
+  count = []
+
+  def run_cell(cell, data_dir, results_dir, **kwargs):
+    count.append(cell.name)
+    status = statuses[cell.task]
+    if status == "failed/oom":
+      status = "oom" if len(count) % 7 == 0 else "failed"
+    error = (f"{cell.task} data not found: nothing in {data_dir}.\nPrepare it with:\n  lra-bench data prepare "
+             f"{cell.task}" if status == "no_data" else f"RuntimeError: {cell.attention} broke\nline 2")
+    return {"task": cell.task, "attention": cell.attention, "seed": cell.seed, "status": status, "error": error}
+
+  return run_cell
+
+
+def test_failed_cells_keep_their_lines_and_no_data_is_one_line_per_task(tmp_path, monkeypatch):
+  """``work`` (every launcher's loop): 14 listops cells failed or oom, one line each naming the cell;
+  14 pathfinder cells without data, one line; the summary names the failed cells, the first 10."""
+  results_dir = str(tmp_path / "results")
+  attentions = attention_zoo.list_attentions()[:14]
+  cells, _ = suite.plan("smoke", ["listops", "pathfinder"], attentions, [0], results_dir)
+  monkeypatch.setattr(suite, "run_cell", _fake_run_cell({"listops": "failed/oom", "pathfinder": "no_data"}))
+  echoed = []
+  summary = suite.work(cells, results_dir=results_dir, data_dir=str(tmp_path / "empty"), echo=echoed.append)
+
+  failed = [f"listops/{a}/seed0" for i, a in enumerate(attentions) if (i + 1) % 7]
+  oom = [f"listops/{a}/seed0" for i, a in enumerate(attentions) if (i + 1) % 7 == 0]
+  assert summary.ran["failed"] == failed and summary.ran["oom"] == oom and len(summary.ran["no_data"]) == 14
+  assert echoed == [f"{c.name}: {'oom' if c.name in oom else 'failed'}: RuntimeError: {c.attention} broke"
+                    for c in cells[:14]] + [
+      "pathfinder: no_data (shown once for the task; the summary counts its cells): pathfinder data not found: "
+      f"nothing in {tmp_path / 'empty'}. Prepare it with: lra-bench data prepare pathfinder"]
+  assert summary.lines()[1:] == [
+      "failed: " + ", ".join(failed[:10]) + ", ... and 2 more",
+      "oom: " + ", ".join(oom),
+      f"no_data: pathfinder (14 cells): pathfinder data not found: nothing in {tmp_path / 'empty'}. Prepare it "
+      "with: lra-bench data prepare pathfinder",
+      "exit status 1: cells failed or were left unfinished; rerun the same command to retry them"]
+  assert summary.exit_code() == 1
+
+
+def test_summary_lines_cut_long_lists_and_group_no_data_by_task():
+  names = [f"text/a{i}/seed0" for i in range(46)]
+  reasons = {n: ("text", "text data not found.\nPrepare it with:\n  lra-bench data prepare text") for n in names}
+  reasons["image/a0/seed0"] = ("image", "")  # a record without an error
+  summary = suite.Summary(final={"ok": ["listops/a/seed0"], "failed": [f"listops/f{i}/seed0" for i in range(10)],
+                                 "no_data": [*names, "image/a0/seed0"]},
+                          reasons=reasons, unfinished=[f"listops/u{i}/seed0" for i in range(13)])
+  assert summary.lines()[1:] == [
+      "failed: " + ", ".join(f"listops/f{i}/seed0" for i in range(10)),  # 10: all of them
+      "no_data: text (46 cells): text data not found. Prepare it with: lra-bench data prepare text",
+      "no_data: image (1 cell): no reason recorded",
+      "unfinished (a worker died; rerun the same command to finish them from their checkpoints): "
+      + ", ".join(f"listops/u{i}/seed0" for i in range(10)) + ", ... and 3 more",
+      "exit status 1: cells failed or were left unfinished; rerun the same command to retry them"]
+  assert suite.Summary(final={"no_data": names}).lines()[1:] == ["no_data: text (46 cells): no reason recorded"]
+  assert suite.Summary(final={"no_data": names, "oom": ["x"]}).exit_code() == 0
+
+
+def test_a_launch_summary_groups_no_data_from_the_records(tmp_path):
+  """``settle`` (the submitit launchers): the workers' records give the task and the reason."""
+  from lra_bench.experiments import launcher
+  from lra_bench.training import config as config_lib
+
+  results_dir = str(tmp_path / "results")
+  cells, _ = suite.plan("smoke", ["listops"], FOUR.split(","), [0], results_dir)
+  grid = launcher.Grid(cells, results_dir, str(tmp_path), [], False, ("no_data", "failed"),
+                       suite.record_counts(cells, []), suite.work)
+  for cell, status in zip(cells, ["no_data", "no_data", "failed", "ok"]):
+    results.append_record(results_dir, {
+        "kind": "train", "task": cell.task, "attention": cell.attention, "protocol": "smoke", "seed": cell.seed,
+        "status": status, "error": {"no_data": "no listops.\nPrepare it.", "failed": "boom", "ok": None}[status],
+        "config": cell.config.to_dict(), "config_hash": config_lib.config_hash(cell.config),
+        "max_length": cell.config.data.max_length})
+  lines = suite.settle(grid, []).lines()
+  assert lines[1:] == ["failed: listops/performer/seed0", "no_data: listops (2 cells): no listops. Prepare it.",
+                       "exit status 1: cells failed or were left unfinished; rerun the same command to retry them"]

@@ -1,4 +1,4 @@
-"""The words of a grid: comma lists of names and numbers, and the console line of a failed point.
+"""The words of a grid: comma lists of names and numbers, and the console lines of failed points.
 
 The one owner of comma-list parsing: the suite and the benchmark read their ``tasks`` / ``attentions`` /
 ``seeds`` / ``lengths`` arguments with ``parse_names`` / ``parse_ints``, and the CLI's flag types
@@ -46,3 +46,24 @@ def failure_line(name: str, record: dict) -> str:
   """``name: status: first line of the error`` for the console."""
   error = (record.get("error") or "").strip()
   return f"{name}: {record['status']}: {error.splitlines()[0][:200] if error else 'no reason recorded'}"
+
+
+NAMES_SHOWN = 10  # a console list of names stops here: "..., and N more"
+
+
+def name_list(names: Sequence[str], limit: int = NAMES_SHOWN) -> str:
+  """``a, b, c`` for the console: the first ``limit`` names, then ``... and N more``."""
+  shown = ", ".join(names[:limit])
+  return shown + (f", ... and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def one_line(error: str | None) -> str:
+  """A recorded error as one console line: its lines (a reason, then the command that fixes it) joined,
+  nothing cut, so the command can be copied."""
+  return " ".join(line.strip() for line in (error or "").splitlines() if line.strip()) or "no reason recorded"
+
+
+def group_line(status: str, group: str, count: int, error: str | None) -> str:
+  """``status: group (N cells): the whole error on one line``: the one console line of many points that
+  failed for one reason (the cells of a task without data)."""
+  return f"{status}: {group} ({count} cell{'' if count == 1 else 's'}): {one_line(error)}"

@@ -18,8 +18,14 @@ Each cell trains in its own workdir ``<results_dir>/runs/<protocol>/<task>/<atte
   which dies with the suite (SIGKILL, Linux ``PR_SET_PDEATHSIG``), shares the cell's claim (it is released
   only once both have exited) and gets the suite's SIGTERM (the suite then exits 143, recording nothing).
 - A ``--set`` of a key the grid sets itself (``GRID_KEYS``) is refused: it would make cells one run.
-- The summary counts every cell of the grid by its final status; ``Summary.exit_code`` is 1 when one is
-  ``failed`` or left unfinished (``oom`` and ``no_data`` are outcomes with a reason, not errors).
+- The console: a ``failed`` or ``oom`` cell is one line (its name, status and reason) as it ends; a task
+  without data is one line (the reason and the command that prepares it) at its first ``no_data`` cell,
+  and its other such cells add nothing (a grid of 46 attentions is one line per task, not 46).
+- The summary counts every cell of the grid by its final status, names the ``failed``, ``oom`` and
+  unfinished cells (the first ``grid.NAMES_SHOWN``, then how many more) and gives one line per task and
+  reason for the ``no_data`` ones, from each cell's best record (right after a resume and from the
+  workers' records too); ``Summary.exit_code`` is 1 when a cell is ``failed`` or left unfinished (``oom``
+  and ``no_data`` are outcomes with a reason, not errors).
 - ``launcher="local"`` or ``"slurm"`` hands the same loop (``work``) to N workers started by submitit
   (``launcher.py``): N local processes, or a SLURM job array whose workers claim cells through the same
   locks on a shared results dir. A cell run (or recorded) since the suite was planned is not run again
@@ -47,7 +53,7 @@ import tasks as tasks_lib
 from lra_bench import REPO_ROOT
 from lra_bench.experiments import cell as cell_lib
 from lra_bench.experiments import results
-from lra_bench.experiments.grid import failure_line, parse_ints, parse_names
+from lra_bench.experiments.grid import failure_line, group_line, name_list, one_line, parse_ints, parse_names
 from lra_bench.training import config as config_lib
 
 
@@ -337,6 +343,9 @@ class Summary:
   notes: list[str] = dataclasses.field(default_factory=list)  # launcher lines: log dir, dead workers, ...
   # status -> cells of the whole grid with that best record at the end (``final_statuses``)
   final: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+  # cell name -> (task, error) of its best record when that is not ``ok`` (``reasons``): what groups the
+  # ``no_data`` cells by task and reason
+  reasons: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
   seconds: float = 0.0
 
   def statuses(self) -> dict[str, list[str]]:
@@ -360,15 +369,26 @@ class Summary:
              + (f", unfinished {len(self.unfinished)}" if self.unfinished else "") + ")"]
     if self.skipped_tasks:
       out.append("tasks without a config in this protocol (skipped): " + ", ".join(self.skipped_tasks))
-    for status in ("failed", "oom", "no_data"):
+    for status in ("failed", "oom"):  # cells to act on one by one: their names
       if self.statuses().get(status):
-        out.append(f"{status}: " + ", ".join(self.statuses()[status]))
+        out.append(f"{status}: " + name_list(self.statuses()[status]))
+    out += self.no_data_lines()
     if self.unfinished:
       out.append("unfinished (a worker died; rerun the same command to finish them from their checkpoints): "
-                 + ", ".join(self.unfinished))
+                 + name_list(self.unfinished))
     if self.exit_code():
       out.append("exit status 1: cells failed or were left unfinished; rerun the same command to retry them")
     return out + self.notes
+
+  def no_data_lines(self) -> list[str]:
+    """One line per task (and reason) of the ``no_data`` cells: ``no_data: text (46 cells): <reason and
+    the command that prepares the data>``, in grid order; a cell without a known reason is grouped by the
+    task its name starts with."""
+    groups: dict[tuple[str, str], int] = {}
+    for name in self.statuses().get("no_data", []):
+      task, error = self.reasons.get(name, (name.split("/")[0], ""))
+      groups[task, error] = groups.get((task, error), 0) + 1
+    return [group_line("no_data", task, count, error) for (task, error), count in groups.items()]
 
   def exit_code(self) -> int:
     """1 when a cell of the grid ends ``failed`` or a worker left cells unfinished, else 0 (``oom`` and
@@ -380,14 +400,25 @@ def _status_order(status: str) -> tuple[int, str]:
   return (results.STATUSES.index(status) if status in results.STATUSES else len(results.STATUSES), status)
 
 
+def final_records(cells: Sequence[Cell], records: Sequence[dict]) -> dict[str, dict]:
+  """cell name -> its best record (``results.latest_records``), in grid order; cells without one are left
+  out."""
+  best = {results.run_key(r): r for r in results.latest_records(records)}
+  return {cell.name: best[key] for cell in cells if (key := cell.key()) in best}
+
+
 def final_statuses(cells: Sequence[Cell], records: Sequence[dict]) -> dict[str, list[str]]:
   """status -> the cells whose best record has it (cells without a record are left out)."""
   out: dict[str, list[str]] = {}
-  for cell in cells:
-    status = cell_status(cell, records)
-    if status is not None:
-      out.setdefault(status, []).append(cell.name)
+  for name, record in final_records(cells, records).items():
+    out.setdefault(record["status"], []).append(name)
   return out
+
+
+def reasons(named_records: dict[str, dict]) -> dict[str, tuple[str, str]]:
+  """cell name -> (task, error) of each record that is not ``ok`` (``Summary.reasons``)."""
+  return {name: (r.get("task") or name.split("/")[0], r.get("error") or "") for name, r in named_records.items()
+          if r["status"] != "ok"}
 
 
 def record_counts(cells: Sequence[Cell], records: Sequence[dict]) -> dict[tuple, int]:
@@ -408,10 +439,12 @@ def work(cells: Sequence[Cell], *, results_dir: str, data_dir: str, overrides: S
 
   A cell is done if its best record is terminal (not in ``retry``) or it has more records than its
   ``baseline`` count (it ran since the launch began). ``bar``: a tqdm bar to advance; ``echo``: where
-  failure lines go (default: the bar, else nowhere); ``done(name, record)``: called after each run.
+  failure lines go (default: the bar, else nowhere): one per ``failed`` or ``oom`` cell, one per task
+  (and reason) for ``no_data`` cells; ``done(name, record)``: called after each run.
   """
   summary = Summary()
   echo = echo or (bar.write if bar is not None else None)
+  shown: set[tuple[str, str]] = set()  # (task, error) of the no_data lines printed
   for cell in cells:
     if bar is not None:
       bar.set_postfix_str(cell.name)
@@ -430,13 +463,31 @@ def work(cells: Sequence[Cell], *, results_dir: str, data_dir: str, overrides: S
                             overrides=overrides, lock_fd=mine.fd)
     if record is not None:
       summary.ran.setdefault(record["status"], []).append(cell.name)
+      summary.reasons.update(reasons({cell.name: record}))
       if done is not None:
         done(cell.name, record)
-      if record["status"] != "ok" and echo is not None:
-        echo(failure_line(cell.name, record))
+      if echo is not None:
+        line = _console_line(cell, record, shown)
+        if line:
+          echo(line)
     if bar is not None:
       bar.update()
   return summary
+
+
+def _console_line(cell: Cell, record: dict, shown: set[tuple[str, str]]) -> str | None:
+  """The console line of a finished cell, or None: nothing for ``ok``; for ``no_data`` one line per task
+  and reason (the reason and its fix; ``shown`` holds those printed), since every cell of a task without
+  data fails alike; ``cell: status: reason`` for the others."""
+  if record["status"] == "ok":
+    return None
+  if record["status"] != "no_data":
+    return failure_line(cell.name, record)
+  key = (cell.task, record.get("error") or "")
+  if key in shown:
+    return None
+  shown.add(key)
+  return f"{cell.task}: no_data (shown once for the task; the summary counts its cells): {one_line(key[1])}"
 
 
 def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str | Sequence[str] = "all",
@@ -485,7 +536,9 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
   summary.done_before = done_before + summary.done_before
   summary.skipped_tasks = skipped
   if not summary.queued:
-    summary.final = final_statuses(cells, results.load_records(results_dir))
+    best = final_records(cells, results.load_records(results_dir))
+    summary.final = final_statuses(cells, list(best.values()))
+    summary.reasons = reasons(best)
   summary.seconds = time.perf_counter() - start
   return summary
 
@@ -509,9 +562,10 @@ def _launch(launcher: str, options: dict[str, Any], todo: list[Cell], baseline: 
   return summary
 
 
-def _ran_since(grid) -> dict[str, str]:
-  """Cells of a launch that have a new record since it was planned -> the status of their best record."""
-  records = results.load_records(grid.results_dir)
+def _ran_since(grid, records: Sequence[dict] | None = None) -> dict[str, str]:
+  """Cells of a launch that have a new record since it was planned -> the status of their best record
+  (``records``: the results file's, read when not given)."""
+  records = results.load_records(grid.results_dir) if records is None else records
   out = {}
   for cell in grid.cells:
     key = cell.key()
@@ -525,12 +579,16 @@ def settle(grid, outputs: Sequence[dict]) -> Summary:
   """The summary of a finished launch, from ``results.jsonl`` (it covers every worker, dead ones too);
   a cell without a new record is ``unfinished`` unless its lock is still held (running elsewhere)."""
   summary = Summary()
-  recorded = _ran_since(grid)
+  records = results.load_records(grid.results_dir)
+  recorded = _ran_since(grid, records)
+  best = final_records(grid.cells, records)  # the reasons (a no_data rerun appends no record: its last one)
   reported = {name: status for out in outputs for name, status in out["ran"].items()}
   for cell in grid.cells:
     status = recorded.get(cell.name) or reported.get(cell.name)  # reported: rerun, same record (no_data)
     if status is not None:
       summary.ran.setdefault(status, []).append(cell.name)
+      if status != "ok" and cell.name in best and best[cell.name]["status"] == status:
+        summary.reasons.update(reasons({cell.name: best[cell.name]}))
       continue
     with claim(grid.results_dir, cell) as free:
       (summary.unfinished if free else summary.claimed_elsewhere).append(cell.name)
