@@ -62,6 +62,7 @@ class AdaptiveSpanConfig(AttentionConfig):
     loss_coeff: coefficient of the sown span penalty ``loss_coeff · max_span · mean(current_val)``.
   """
 
+  family = "sparse"
   max_span: int = 256
   ramp: int = 32
   init_val: float = 0.0

@@ -43,6 +43,7 @@ class AxialConfig(AttentionConfig):
     mode: one of ``"union"`` (default), ``"alternating"``, ``"parallel"``, ``"row"``, ``"column"``.
   """
 
+  family = "sparse"
   width: int | None = None
   mode: str = "union"
 

@@ -68,6 +68,7 @@ class BigBirdConfig(AttentionConfig):
       original's 1024 cap); ``None`` uses every middle block.
   """
 
+  family = "sparse"
   block_size: int | None = None
   num_rand_blocks: int = 3
   seed: int = 0

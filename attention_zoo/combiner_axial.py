@@ -46,6 +46,7 @@ class CombinerAxialConfig(AttentionConfig):
     abstraction: span pooling, one of ``_combiner_common.ABSTRACTIONS``.
   """
 
+  family = "combiner"
   width: int | None = None
   spans: str = "vertical"
   mixture: str = "joint"

@@ -47,6 +47,7 @@ class CombinerRowmajorConfig(AttentionConfig):
     abstraction: key pooling for ``row_summary="pool"``, one of ``_combiner_common.ABSTRACTIONS``.
   """
 
+  family = "combiner"
   width: int | None = None
   row_summary: str = "proj"
   abstraction: str = "max"

@@ -40,6 +40,7 @@ class CombinerFixedConfig(AttentionConfig):
     abstraction: span pooling, one of ``_combiner_common.ABSTRACTIONS``.
   """
 
+  family = "combiner"
   block_size: int | None = None
   num_summary: int = 1
   direct: str = "sparse"

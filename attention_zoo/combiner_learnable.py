@@ -47,6 +47,7 @@ class CombinerLearnableConfig(AttentionConfig):
     abstraction: span pooling, one of ``_combiner_common.ABSTRACTIONS``.
   """
 
+  family = "combiner"
   num_clusters: int = 8
   chunk_size: int | None = None
   decay: float = 0.999

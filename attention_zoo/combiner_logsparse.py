@@ -36,6 +36,7 @@ class CombinerLogsparseConfig(AttentionConfig):
     abstraction: span pooling, one of ``_combiner_common.ABSTRACTIONS``.
   """
 
+  family = "combiner"
   abstraction: str = "max"
 
 

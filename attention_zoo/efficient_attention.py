@@ -43,6 +43,8 @@ from attention_zoo.registry import AttentionConfig, register_attention
 class EfficientAttentionConfig(AttentionConfig):
   """Efficient Attention has no options beyond ``causal`` (unsupported) and ``dropout_rate``."""
 
+  family = "kernel"
+
 
 @register_attention("efficient_attention", EfficientAttentionConfig)
 class EfficientAttention(nn.Module):

@@ -78,6 +78,7 @@ class FlashConfig(AttentionConfig):
     pallas_interpret: run the Pallas kernel in the interpreter (any backend; tests only, very slow).
   """
 
+  family = "exact"
   implementation: str | None = None
   padding: str = "mask"
   pallas_interpret: bool = False

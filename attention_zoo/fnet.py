@@ -62,6 +62,7 @@ class FNetConfig(AttentionConfig):
       hidden axis) or a DFT over the length only, per head and feature (False).
   """
 
+  family = "mixing"
   mix_heads: bool = True
   nonnegative = False
   rows_sum_to_one = False

@@ -56,6 +56,7 @@ class HTransformer1DConfig(AttentionConfig):
       level's sibling blocks.
   """
 
+  family = "sparse"
   block_size: int = 16
 
   def __post_init__(self):

@@ -67,6 +67,7 @@ class ImageLocalConfig(AttentionConfig):
     flange_2d: 2-D memory flange (rows above/below, columns left/right).
   """
 
+  family = "sparse"
   block_len: int = 256
   memory_flange: int = 128
   image_width: int | None = None

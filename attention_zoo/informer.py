@@ -59,6 +59,7 @@ class InformerConfig(AttentionConfig):
     seed: seed of the fixed draw (folded with the module path, so layers differ).
   """
 
+  family = "low-rank"
   factor: int = 5
   redraw: str = "every_call"
   seed: int = 0

@@ -87,6 +87,7 @@ class LatentConfig(AttentionConfig):
     mab_scaling: divide logits by √(H·D) (the Set Transformer MAB's √dim_V) instead of √D.
   """
 
+  family = "low-rank"
   num_latents: int = 256
   latent_init_scale: float = 1.0
   causal_chunk: int = 64

@@ -47,6 +47,7 @@ class LinearTransformerConfig(AttentionConfig):
     causal_chunk: chunk length C of the causal prefix sums.
   """
 
+  family = "kernel"
   eps: float = 1e-6
   causal_chunk: int = 64
 

@@ -58,6 +58,7 @@ class LinformerConfig(AttentionConfig):
     share_kv: one projection E for keys and values (LRA); ``False`` learns a separate F for values.
   """
 
+  family = "low-rank"
   k: int = 16
   k_fraction: float | None = None
   share_kv: bool = True

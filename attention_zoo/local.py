@@ -57,6 +57,7 @@ class LocalConfig(AttentionConfig):
       reshape: tokens ``t ≡ r mod N`` grouped, with LRA's always-at-least-one-token padding).
   """
 
+  family = "sparse"
   block_size: int = 50
   grouping: str = "contiguous"
   paper_name = "Local Attention"

@@ -63,6 +63,7 @@ class LongShortConfig(AttentionConfig):
     ln_epsilon: epsilon of both layer norms (PyTorch's default 1e-5).
   """
 
+  family = "sparse"
   window_size: int = 8
   num_landmarks: int = 32
   dual_ln: bool = True

@@ -62,6 +62,7 @@ class LongformerConfig(AttentionConfig):
       attended by every position). LRA: 0.
   """
 
+  family = "sparse"
   window: int = 512
   num_global: int = 0
   paper_name = "Longformer"

@@ -72,6 +72,7 @@ class MemoryCompressedConfig(AttentionConfig):
     key_conv: ``"full"`` (one key kernel over all heads' features) or ``"per_head"``.
   """
 
+  family = "low-rank"
   compression: int = 3
   key_conv: str = "full"
   nonnegative = False

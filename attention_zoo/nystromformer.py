@@ -69,6 +69,7 @@ class NystromformerConfig(AttentionConfig):
       original: one maximum over batch and heads).
   """
 
+  family = "low-rank"
   nonnegative = False
   rows_sum_to_one = False
 

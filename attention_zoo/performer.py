@@ -96,6 +96,7 @@ class PerformerConfig(AttentionConfig):
     causal_chunk: chunk length C of the causal prefix sums.
   """
 
+  family = "kernel"
   kernel: str = "softmax"
   nb_features: int = 256
   orthogonal: bool = True

@@ -68,6 +68,7 @@ class PoolingformerConfig(AttentionConfig):
       the first-level output).
   """
 
+  family = "sparse"
   window: int = 128
   pooled_window: int = 512
   kernel: int = 5

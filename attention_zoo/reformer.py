@@ -90,6 +90,7 @@ class ReformerConfig(AttentionConfig):
       docstring); without it ``causal=True`` raises ``NotImplementedError``.
   """
 
+  family = "learned-pattern"
   n_hashes: int = 1
   n_buckets: int | None = None
   chunk_len: int | None = 64

@@ -81,6 +81,9 @@ class AttentionConfig:
   # query and the key), ("query", "key") for a content-independent mixer (FNet, the random
   # synthesizers). The conformance kit checks that redrawing any other of the two moves the output.
   ignores: ClassVar[tuple[str, ...]] = ()
+  # The family the benchmark report groups this core under (one panel of its scaling figures; ``FAMILIES``
+  # gives their order). A core that declares none, e.g. a plugin's, is "other".
+  family: ClassVar[str] = "other"
 
   def support(self, length: int) -> np.ndarray | None:
     """bool [L, L] (query, key): the only pairs that may get non-zero weight at this length (without
@@ -88,6 +91,23 @@ class AttentionConfig:
     Tests check the probe against it; the attention-pattern plots may draw it."""
     del length
     return None
+
+
+# The families of ``AttentionConfig.family``, in the order the report draws them: exact softmax; fixed sparse
+# patterns; low-rank / latent projections of the length axis; kernel feature maps; patterns learned or
+# computed from the content (hashing, clustering, sorting); the Combiner family; mixers without query-key
+# dot products. A family not listed here (a plugin's own) comes after these, before "other".
+FAMILIES = ("exact", "sparse", "low-rank", "kernel", "learned-pattern", "combiner", "mixing", "other")
+
+
+def attention_family(name: str) -> str:
+  """The family ``name``'s config declares (``AttentionConfig.family``); "other" for a name that is not
+  registered in this process (e.g. a plugin's records read without its ``--plugin``)."""
+  try:
+    family = _entry(name).config_cls.family
+  except ValueError:
+    return "other"
+  return family if isinstance(family, str) and family else "other"
 
 
 @dataclasses.dataclass(frozen=True)

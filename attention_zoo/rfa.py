@@ -73,6 +73,7 @@ class RFAConfig(AttentionConfig):
     causal_chunk: chunk length C of the causal prefix sums.
   """
 
+  family = "kernel"
   nb_features: int = 128
   learn_sigma: bool = True
   init_sigma: float = 1.0

@@ -74,6 +74,7 @@ class RoutingConfig(AttentionConfig):
     mask_self: a token attends to itself only when nothing else in its window is real.
   """
 
+  family = "learned-pattern"
   num_clusters: int | None = None
   decay: float = 0.999
   mask_self: bool = True

@@ -70,6 +70,7 @@ class ScatterbrainConfig(AttentionConfig):
     numerical_stabilizer: ε added to every feature (upstream ``softmax_eps`` = 0).
   """
 
+  family = "kernel"
   local_context: int = 64
   nb_features: int = 256
   orthogonal: bool = True

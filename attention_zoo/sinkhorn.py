@@ -87,6 +87,7 @@ class SinkhornConfig(AttentionConfig):
       added (module docstring).
   """
 
+  family = "learned-pattern"
   block_size: int | None = None
   max_num_blocks: int | None = None
   sort_activation: str = "softmax"

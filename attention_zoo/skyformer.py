@@ -59,6 +59,7 @@ from attention_zoo.registry import AttentionConfig, register_attention
 class KernelizedConfig(AttentionConfig):
   """Exact Gaussian-kernel attention; no options beyond ``causal`` and ``dropout_rate``."""
 
+  family = "kernel"
   rows_sum_to_one = False
 
 
@@ -75,6 +76,7 @@ class SkyformerConfig(AttentionConfig):
     seed: seed of the fixed draw (folded with the module path, so layers differ).
   """
 
+  family = "kernel"
   nonnegative = False
   rows_sum_to_one = False
 

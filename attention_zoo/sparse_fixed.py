@@ -81,6 +81,7 @@ class SparseFixedConfig(AttentionConfig):
       pattern covers positions 1..L−1 (LRA with CLS pooling).
   """
 
+  family = "sparse"
   block_len: int | None = None
   summary: int | None = None
   first_column: bool = False
@@ -102,6 +103,7 @@ class SparseStridedConfig(AttentionConfig):
     block_len: l, the band width and the stride; ``None`` = ``ceil(√L)``.
   """
 
+  family = "sparse"
   block_len: int | None = None
   pattern: ClassVar[str] = "strided"   # which pattern the shared module computes
 

@@ -69,6 +69,7 @@ class SynthesizerConfig(AttentionConfig):
     hidden: E, hidden width of ``dense``; ``None`` = D (LRA: the head dim).
   """
 
+  family = "mixing"
   mode: str = "random"
   ignore_dot_product: bool = False
   k: int = 32

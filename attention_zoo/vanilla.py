@@ -28,6 +28,8 @@ from attention_zoo.registry import AttentionConfig, register_attention
 class VanillaConfig(AttentionConfig):
   """Exact softmax attention; no extra options beyond ``causal`` and ``dropout_rate``."""
 
+  family = "exact"
+
 
 @register_attention("vanilla", VanillaConfig)
 class VanillaAttention(nn.Module):

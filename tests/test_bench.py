@@ -119,3 +119,107 @@ def test_memory_fields_in_process(tmp_path, fast_compile, monkeypatch):
   assert first["compiled_memory_bytes"] > 0 and second["compiled_memory_bytes"] > first["compiled_memory_bytes"]
   assert first["peak_memory_bytes"] == 6_000 and second["peak_memory_bytes"] is None
   assert first["peak_rss_bytes"] is None  # in-process: the host peak is the whole process's
+
+
+# ----------------------------------------------------------------------------------------------------
+# mode "core": the attention core alone, forward + backward
+
+
+def _core_config(name, length, **kwargs):
+  return bench.bench_config(name, length, mode="core", batch_size=1, **kwargs)
+
+
+def test_core_mode_flops_scale_with_the_core(fast_compile):
+  """XLA FLOPs of the core's forward + backward: vanilla's grow as L^2, the linear transformer's as L (4 heads
+  of 64, as the LRA Text model gives them); compile-only points allocate nothing and time nothing."""
+  lengths = [128, 256]
+  for name, expected in (("vanilla", 2.0), ("linear_transformer", 1.0)):
+    points = [bench.measure(_core_config(name, n, compile_only=True)) for n in lengths]
+    assert all(p["compiled_memory_bytes"] > 0 and "step_seconds" not in p for p in points)
+    slope = np.log(points[1]["flops_per_step"] / points[0]["flops_per_step"]) / np.log(lengths[1] / lengths[0])
+    assert abs(slope - expected) < 0.1, (name, slope)
+
+
+def test_core_step_is_the_gradient_of_the_core(fast_compile):
+  """``core_step`` jitted = d sum(out * cotangent) / d(params, q, k, v): for vanilla without attention
+  dropout, the value gradient is P^T @ cotangent per head (P the softmax weights, computed here by hand);
+  with the protocol's attention dropout (0.1 on Text) it is not, as in training; a core with parameters
+  gets a gradient of each, shaped as the parameter."""
+  import jax
+
+  rng = np.random.default_rng(0)
+  q, k, v, ct = (rng.standard_normal((2, 16, 4, 64)).astype(np.float32) for _ in range(4))
+  mask = np.ones((2, 16), bool)
+  rngs = {"dropout": jax.random.key(1), "attention": jax.random.key(2)}
+  logits = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(64)
+  weights = np.exp(logits - logits.max(-1, keepdims=True))
+  weights /= weights.sum(-1, keepdims=True)
+  expected = np.einsum("bhqk,bqhd->bkhd", weights, ct)
+  grad_v = {}
+  for rate in (0.0, None):
+    config = _core_config("vanilla", 16, overrides=[] if rate is None else [f"model.attention_dropout_rate={rate}"])
+    (grad_params, grad_q, grad_k, grad_v[rate]), state = jax.jit(bench.core_step(bench.create_core(config)))(
+        {}, q, k, v, {}, mask, ct, rngs)
+    assert grad_params == {} and state == {}
+    assert grad_q.shape == grad_k.shape == grad_v[rate].shape == (2, 16, 4, 64)
+  assert _core_config("vanilla", 16).model.attention_dropout_rate > 0
+  np.testing.assert_allclose(grad_v[0.0], expected, rtol=2e-4, atol=2e-4)
+  assert np.abs(grad_v[None] - expected).max() > 1e-2  # dropout on: some weights dropped, the rest scaled
+
+  core = bench.create_core(_core_config("linformer", 32))
+  q, k, v, ct = (rng.standard_normal((1, 32, 4, 64)).astype(np.float32) for _ in range(4))
+  variables = core.init({"params": jax.random.key(0), **rngs}, q, k, v, mask=np.ones((1, 32), bool))
+  (grad_params, *_), _ = jax.jit(bench.core_step(core))(variables["params"], q, k, v, {}, np.ones((1, 32), bool),
+                                                        ct, rngs)
+  shapes = jax.tree.map(lambda x: x.shape, variables["params"])
+  assert shapes and jax.tree.map(lambda x: x.shape, grad_params) == shapes
+
+
+def test_core_sweep_records_and_resume(tmp_path, fast_compile):
+  """``run_bench(mode="core")`` in-process: one ``bench`` record per point with mode ``core``, the timed
+  steps, the core's own parameter count (linformer: its length projections, which grow with L); a rerun
+  measures nothing again."""
+  kwargs = dict(results_dir=str(tmp_path), batch_size=1, mode="core", repeats=2, warmup_steps=1, isolate=False,
+                overrides=TINY, progress=False)
+  summary = bench.run_bench([32, 64], "vanilla,linformer", **kwargs)
+  assert summary.counts == {"ok": 4}
+  by_point = {(r["attention"], r["max_length"]): r for r in results.load_records(str(tmp_path))}
+  for r in by_point.values():
+    assert r["kind"] == "bench" and r["mode"] == "core" and r["status"] == "ok" and r["batch_size"] == 1
+    assert len(r["step_seconds"]) == 2 and r["flops_per_step"] > 0 and r["compiled_memory_bytes"] > 0
+  assert by_point[("vanilla", 32)]["num_params"] == 0
+  assert 0 < by_point[("linformer", 32)]["num_params"] < by_point[("linformer", 64)]["num_params"]
+  assert by_point[("vanilla", 64)]["flops_per_step"] > 3 * by_point[("vanilla", 32)]["flops_per_step"]
+  again = bench.run_bench([32, 64], "vanilla,linformer", **kwargs)
+  assert again.done_before == 4 and again.counts == {}
+
+
+def test_core_variables_are_initialised_once_per_core(fast_compile, monkeypatch):
+  """A core whose variables keep their shapes across lengths (rfa: learned feature scales) is initialised
+  once for the sweep; one whose variables grow with L (linformer) again at each length."""
+  calls = []
+  original = bench._core_variables
+
+  def counting(core, key, abstract, init):
+    return original(core, key, abstract, lambda: calls.append(key) or init())
+
+  monkeypatch.setattr(bench, "_core_variables", counting)
+  bench._INIT_CACHE.clear()
+  for name in ("rfa", "linformer"):
+    for length in (32, 64):
+      bench.measure(_core_config(name, length, repeats=1, warmup_steps=0, overrides=TINY))
+  assert [key[0].split("(")[0] for key in calls] == ["RFAConfig", "LinformerConfig", "LinformerConfig"]
+
+
+def test_every_builtin_core_declares_a_family():
+  """Each built-in core names its family (the report's panels); a core that declares none, as a plugin
+  may, is "other", and so is a name that is not registered."""
+  from attention_zoo.registry import FAMILIES, attention_family
+
+  for name in attention_zoo.list_attentions():
+    if attention_zoo.defining_module(name).startswith("attention_zoo."):
+      assert attention_family(name) in FAMILIES and attention_family(name) != "other", name
+  with registry.temporary({"test_no_family": (OomAbove40, FakeConfig)}):
+    assert attention_family("test_no_family") == "other"
+  assert attention_family("not_registered_anywhere") == "other"
+  assert attention_family("vanilla") == attention_family("flash") == "exact"

@@ -180,3 +180,54 @@ def test_pattern_grid_layout(tmp_path, captured, monkeypatch, values):
   for ax in fig.axes:
     if ax.get_title():
       assert not _overlap(title, ax.title.get_window_extent(renderer)), ax.get_title()
+
+
+FAMILIES = ["exact", "sparse", "low-rank", "kernel", "learned-pattern", "combiner", "mixing", "other"]
+
+
+def _family_of(names):
+  """vanilla and flash are "exact"; the rest cycle through the other families (sparse gets the most)."""
+  rest = FAMILIES[1:]
+  return {name: "exact" if name in ("vanilla", "flash") else rest[i % len(rest)] if i % 3 else "sparse"
+          for i, name in enumerate(names)}
+
+
+@pytest.mark.parametrize("lengths, values", [([256, 320], NARROW), ([256, 512, 1024, 2048, 4096], WIDE)],
+                         ids=["narrow", "wide"])
+@pytest.mark.parametrize("metric", ["time", "memory"])
+def test_family_scaling_figure_layout(tmp_path, captured, lengths, values, metric):
+  """One panel per family present, every panel with numbered log axes, its own legend outside every axes
+  (each attention with its slope), vanilla and flash as grey dashed lines in every other panel."""
+  from matplotlib.colors import to_rgb
+
+  series = _series(lengths, values)
+  family_of = _family_of(series)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    plots.family_scaling_figure(series, family_of, metric, "seconds", "attention core fwd+bwd, batch 1, cpu",
+                                str(tmp_path / "scaling"), families=FAMILIES)
+  (fig, renderer), = captured
+  _check_axes_and_legends(fig, renderer)
+  present = [f for f in FAMILIES if f in family_of.values()]
+  assert [ax.get_title().split(" (")[0] for ax in fig.axes] == present
+  assert len(fig.legends) == len(present)
+  assert "attention core fwd+bwd, batch 1, cpu" in fig._suptitle.get_text()
+  for ax, legend, family in zip(fig.axes, fig.legends, present):
+    members = sorted(n for n in series if family_of[n] == family)
+    texts = [t.get_text() for t in legend.get_texts()]
+    references = [] if family == "exact" else ["vanilla", "flash"]
+    assert [t.split()[0] for t in texts] == members + references
+    assert all(any(ch.isdigit() for ch in t.split()[-1]) for t in texts)  # each with its fitted slope
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() not in ("-", "None", "none", "")]
+    assert len(dashed) == len(references)
+    assert all(len(set(to_rgb(line.get_color()))) == 1 for line in dashed)  # grey
+
+
+def test_family_scaling_figure_one_family_without_references(tmp_path, captured):
+  """A plugin's core alone ("other"): one panel, no reference lines, still numbered axes."""
+  series = _series([256, 512], NARROW, n=3)
+  series = {f"plugin_{i}": s for i, s in enumerate(series.values())}
+  plots.family_scaling_figure(series, {}, "time", "seconds", "t", str(tmp_path / "scaling"))
+  (fig, renderer), = captured
+  _check_axes_and_legends(fig, renderer)
+  assert [ax.get_title() for ax in fig.axes] == ["other (3)"]

@@ -109,13 +109,15 @@ BENCH = [bench_record("vanilla", 1024, 2.0, 2 ** 30, 4e9), bench_record("vanilla
 def test_efficiency_tables_ratios_vs_vanilla():
   (group,) = efficiency.efficiency_groups(BENCH, REFERENCE_EFF)
   speed = {r[0]: r[1:] for r in group.speed.rows}
-  assert group.speed.columns[-1] == "vs flash"   # no flash records: the column says so
-  assert speed["vanilla"] == ["2.00", "1.00", "compiled only", "no flash records"]
-  assert speed["performer"] == ["4.00 (2.00× vanilla)", "OOM", "—", "no flash records"]
+  assert group.speed.columns[-2:] == ["time slope", "vs flash"]   # no flash records: the column says so
+  # time slope: seconds per step 0.5 -> 1.0 from 1024 to 2048 (the compile-only 4096 has no time)
+  assert speed["vanilla"] == ["2.00", "1.00", "compiled only", "1.00", "no flash records"]
+  assert speed["performer"] == ["4.00 (2.00× vanilla)", "OOM", "—", "—", "no flash records"]
   memory = {r[0]: r[1:] for r in group.memory.rows}
   assert memory["vanilla"][:2] == ["1.00 GiB", "4.00 GiB"] and memory["performer"][0] == "512 MiB (0.50× vanilla)"
+  assert group.memory.columns[-2] == "slope" and memory["vanilla"][-2] == "2.00"  # 1, 4, 16 GiB at 1K, 2K, 4K
   flops = {r[0]: r[1:] for r in group.flops.rows}
-  assert flops["vanilla"][2] == "64.0 G"
+  assert flops["vanilla"][2] == "64.0 G" and flops["vanilla"][3] == "2.00" and flops["performer"][3] == "—"
   published = {r[1]: r[2:] for r in group.published.rows}
   assert published["vanilla"][0] == "1.00×" and published["performer"][3] == f"{8.0 / 1.4:.2f}×"
 
@@ -128,6 +130,69 @@ def test_efficiency_ratios_vs_flash():
   assert speed["performer"][0] == "4.00 (2.00× vanilla, 0.50× flash)"
   assert speed["vanilla"][:2] == ["2.00 (0.25× flash)", "1.00"]  # no flash point at 2048: no ratio
   assert speed["flash"][0] == "8.00 (4.00× vanilla)"
+
+
+def _timed(attention, times, memory=None):
+  """Core-mode records of ``attention`` with these seconds per step (and compiled bytes) per length."""
+  memory = memory or {}
+  return [dict(bench_record(attention, length, 1.0 / t if t else None, memory.get(length, 2 ** 20), 1e9,
+                            status="ok" if t else "oom"), mode="core",
+               config={"model": {"num_heads": 4, "qkv_dim": 256}})
+          for length, t in times.items()]
+
+
+VANILLA_TIMES = {512: 1.0, 1024: 2.0, 2048: 4.0, 4096: 8.0}
+CROSSING = (_timed("vanilla", VANILLA_TIMES, {512: 100, 1024: 200, 2048: 400, 4096: 800})
+            + _timed("faster_from_1024", {512: 1.5, 1024: 1.9, 2048: 3.0, 4096: 5.0},
+                     {512: 150, 1024: 150, 2048: 150, 4096: 150})
+            + _timed("never_faster", {512: 2.0, 1024: 3.0, 2048: 5.0, 4096: 9.0})
+            + _timed("faster_slower_faster", {512: 1.5, 1024: 1.0, 2048: 5.0, 4096: 7.0}))
+
+
+def test_crossover_lengths():
+  """L*: the shortest measured length from which the attention is faster than the baseline there and at
+  every longer length; "never (≤ Lmax)" without one; "—" without the baseline's records."""
+  (group,) = efficiency.efficiency_groups(CROSSING, REFERENCE_EFF)
+  frame = group.frame
+  assert efficiency.crossover(frame, "faster_from_1024", "vanilla", "step_seconds_median") == (1024, "1024")
+  assert efficiency.crossover(frame, "never_faster", "vanilla", "step_seconds_median") == (None, "never (≤ 4096)")
+  assert efficiency.crossover(frame, "faster_slower_faster", "vanilla", "step_seconds_median") == (4096, "4096")
+  # memory: 150 bytes against vanilla's 100, 200, 400, 800 -> smaller from 1024
+  assert efficiency.crossover(frame, "faster_from_1024", "vanilla", "compiled_memory_bytes") == (1024, "1024")
+  assert efficiency.crossover(frame, "faster_from_1024", "flash", "step_seconds_median") == (None, "—")
+  assert efficiency.crossover(frame, "vanilla", "vanilla", "step_seconds_median") == (None, "—")
+  # Out of memory: the baseline's is the attention's win, the attention's its loss.
+  oom = CROSSING + _timed("vanilla", {8192: None}) + _timed("never_faster", {8192: 20.0})
+  (group,) = efficiency.efficiency_groups(oom, REFERENCE_EFF)
+  assert efficiency.crossover(group.frame, "never_faster", "vanilla", "step_seconds_median") == (8192, "8192")
+  assert efficiency.crossover(group.frame, "faster_from_1024", "vanilla", "step_seconds_median")[1] == "1024"
+  lost = CROSSING + _timed("faster_from_1024", {8192: None}) + _timed("vanilla", {8192: 16.0})
+  (group,) = efficiency.efficiency_groups(lost, REFERENCE_EFF)
+  assert efficiency.crossover(group.frame, "faster_from_1024", "vanilla", "step_seconds_median")[1] == \
+      "never (≤ 8192)"
+
+
+def test_crossover_table_and_its_caption():
+  (group,) = efficiency.efficiency_groups(CROSSING, REFERENCE_EFF)
+  table = group.crossover
+  rows = {r[0]: dict(zip(table.columns, r)) for r in table.rows}
+  assert rows["faster_from_1024"]["faster than vanilla from"] == "1024"
+  assert rows["faster_from_1024"]["smaller than vanilla from"] == "1024"
+  assert rows["never_faster"]["faster than vanilla from"] == "never (≤ 4096)"
+  assert rows["faster_slower_faster"]["faster than vanilla from"] == "4096"
+  assert rows["faster_from_1024"]["faster than flash from"] == "—"
+  assert rows["vanilla"]["family"] == "exact" and rows["never_faster"]["family"] == "other"
+  assert [r[0] for r in table.rows][0] == "vanilla"   # by family: exact first, "other" last
+  # every line has its slopes: vanilla's time doubles with the length (1.00), its FLOPs stay (0.00)
+  assert rows["vanilla"]["slope time"] == "1.00" and rows["vanilla"]["slope FLOPs"] == "0.00"
+  assert rows["vanilla"]["slope memory"] == "1.00"
+  for text in ("attention core forward + backward", "batch 4", "4 heads x 64", "cpu", "shortest measured length",
+               "never (≤ Lmax)", "lengths 512–4096"):
+    assert text in table.caption, text
+  numbers = group.crossover_frame.set_index("attention")
+  assert numbers.loc["faster_slower_faster", "faster_than_vanilla_from"] == 4096
+  assert pd.isna(numbers.loc["never_faster", "faster_than_vanilla_from"])
+  assert numbers.loc["vanilla", "time_slope"] == pytest.approx(1.0)
 
 
 def test_followups_are_a_separate_table_labelled_by_protocol():
@@ -157,14 +222,16 @@ def test_write_report_files(tmp_path, fast_compile):
   paths = report_index.write_report(results_dir, out, attention_names=["vanilla"], command="lra-bench report")
   names = {os.path.basename(p) for p in paths}
   for name in ("index.md", "accuracy_lra.md", "accuracy_lra.csv", "accuracy_lra.tex", "accuracy_smoke.md",
-               "efficiency_train_b4_cpu.md", "efficiency_train_b4_cpu.csv", "scaling_train_b4_cpu.png",
-               "scaling_train_b4_cpu.svg", "bubble_lra.png", "bubble_lra.svg", "attention_patterns.png",
-               "attention_patterns.svg"):
+               "efficiency_train_b4_cpu.md", "efficiency_train_b4_cpu.csv", "scaling_train_b4_cpu_time.png",
+               "scaling_train_b4_cpu_time.svg", "scaling_train_b4_cpu_memory.png", "crossover_train_b4_cpu.md",
+               "crossover_train_b4_cpu.csv", "crossover_train_b4_cpu.tex", "bubble_lra.png", "bubble_lra.svg",
+               "attention_patterns.png", "attention_patterns.svg"):
     assert name in names, name
     assert os.path.getsize(os.path.join(out, name)) > 0, name
   with open(os.path.join(out, "index.md")) as f:
     index = f.read()
-  assert "](scaling_train_b4_cpu.png)" in index and "](attention_patterns.png)" in index
+  assert "](scaling_train_b4_cpu_time.png)" in index and "](attention_patterns.png)" in index
+  assert "faster than vanilla from" in index
   assert "cpu / cpu × 1" in index and "jax 0.10.2" in index and "`lra`" in index
   assert "## Published under other protocols (not comparable with LRA Table 1)" in index
 

@@ -4,7 +4,9 @@ The model is the one ``lra-bench train --task text --protocol lra`` trains (``ta
 and the ``lra`` config: 4 layers, emb 256, 4 heads, qkv 256, mlp 1024, byte vocabulary 257, 2 classes,
 CLS pooling), on random byte tokens. ``mode="train"`` measures the real ``steps.train_step`` (AdamW,
 dropout on: forward + backward + update); ``mode="inference"`` measures ``steps.eval_step`` (forward
-only, as the Combiner paper's Fig. 3).
+only, as the Combiner paper's Fig. 3); ``mode="core"`` measures the attention core alone, forward +
+backward, at the shapes that model gives it (``measure_core``): without the length-linear projections
+and MLP, the core's own scaling in L. On a CPU its cost is mostly XLA compilation (one program per point).
 
 For every (attention, length) point:
 - XLA FLOPs and compiled memory come from ``jit(...).lower(...).compile()`` (deterministic; nothing is
@@ -51,7 +53,9 @@ if TYPE_CHECKING:
 
 # This module imports only the standard library at its top (the rest where it is used): the CLI's parser
 # reads ``MODES`` before any command runs.
-MODES = ("train", "inference")  # bench.mode: the train step (forward, backward, update) or forward only
+# bench.mode: the model's train step (forward, backward, update), its forward only, or the attention core
+# alone (forward + backward)
+MODES = ("train", "inference", "core")
 DEFAULT_LENGTHS = (1024, 2048, 3072, 4096, 8192, 16384)
 
 
@@ -142,6 +146,8 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   import tasks as tasks_lib
   from lra_bench.training import optim, steps, xla_stats
 
+  if config.bench.mode == "core":
+    return measure_core(config)
   peak_before = xla_stats.peak_memory_bytes()
   task = tasks_lib.get_task(config.task)
   b, length, mode = config.batch_size, config.data.max_length, config.bench.mode
@@ -182,12 +188,146 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
   times = time_steps(step, jax.device_put(args), warmup_steps=config.bench.warmup_steps,
                      repeats=config.bench.repeats)
-  q25, median, q75 = (float(v) for v in np.percentile(times, [25, 50, 75]))
-  out.update(step_seconds=times, step_seconds_median=median, step_seconds_q25=q25,
-             step_seconds_q75=q75, steps_per_second=1.0 / median, examples_per_second=b / median,
-             tokens_per_second=b * length / median,
-             peak_memory_bytes=device_peak(peak_before, xla_stats.peak_memory_bytes()))
+  out.update(_timing(times, b, length), peak_memory_bytes=device_peak(peak_before, xla_stats.peak_memory_bytes()))
   return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# The attention core alone (mode "core")
+
+
+def core_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int, int]:
+  """(B, L, H, D) of the core's query, key and value in the model of ``config``: the batch, the length,
+  the heads and the head dim (qkv_dim / heads) of its ``MultiHeadAttention``. The model prepends a CLS
+  token with CLS pooling (its core sees L + 1 positions); the core mode times exactly L."""
+  heads, qkv_dim = config.model.num_heads, config.model.qkv_dim
+  if qkv_dim % heads:
+    raise ValueError(f"qkv_dim {qkv_dim} is not divisible by num_heads {heads}")
+  return config.batch_size, config.data.max_length, heads, qkv_dim // heads
+
+
+def create_core(config: ml_collections.ConfigDict):
+  """The core of ``config`` as ``models.MultiHeadAttention`` creates it: its attention dropout and the
+  protocol's per-attention settings (``model.attention_kwargs``)."""
+  import attention_zoo
+
+  return attention_zoo.create_attention(config.model.attention, dropout_rate=config.model.attention_dropout_rate,
+                                        **dict(config.model.attention_kwargs))
+
+
+# The last core initialised in this process, reused by the next point of the same core (same config, batch,
+# heads, dtype and seed) when its variables have the same shapes: most cores' parameters do not depend on
+# L, so a sweep initialises them once instead of once per length (their values only feed the timed program,
+# whose cost does not depend on them). One entry: a sweep holds at most one core's variables at a time.
+_INIT_CACHE: dict[str, Any] = {}
+
+
+def _core_variables(core, key: tuple, abstract, init):
+  """The core's variables: ``{}`` for a core without any (most: no initialisation at all), else the
+  cached ones when ``key`` and the shapes ``abstract`` match, else ``init()`` (cached)."""
+  import jax
+
+  if not abstract:
+    return {}
+  shapes = jax.tree.map(lambda x: (x.shape, str(x.dtype)), abstract)
+  if _INIT_CACHE.get("key") == (key, shapes):
+    return _INIT_CACHE["variables"]
+  _INIT_CACHE.clear()
+  variables = init()
+  _INIT_CACHE.update(key=(key, shapes), variables=variables)
+  return variables
+
+
+def core_step(core):
+  """The jittable forward + backward of ``core``: ``fn(params, q, k, v, state, mask, cotangent, rngs) ->
+  (grads of sum(out * cotangent) w.r.t. (params, q, k, v), new state)``, as the train step runs it:
+  ``deterministic=False`` with the ``dropout`` and ``attention`` streams, the non-trainable collections
+  (``state``, e.g. EMA centroids) mutable and carried, sown auxiliary losses added to the objective."""
+  import jax
+  import jax.numpy as jnp
+
+  from lra_bench.training import steps
+
+  def objective(params, q, k, v, state, mask, cotangent, rngs):
+    out, updated = core.apply({"params": params, **state}, q, k, v, mask=mask, deterministic=False, rngs=rngs,
+                              mutable=[*state, steps.AUX_LOSSES])
+    loss = steps.with_aux_losses(jnp.sum(out.astype(jnp.float32) * cotangent), updated)
+    return loss, {name: updated[name] for name in state}
+
+  return jax.grad(objective, argnums=(0, 1, 2, 3), has_aux=True)
+
+
+def measure_core(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The attention core alone, forward + backward (``core_step``), at the shapes the model gives it.
+
+  q, k, v and the cotangent are N(0, 1) [B, L, H, D] in the compute dtype (``precision``), the mask all
+  true, the streams ``dropout`` and ``attention`` fixed keys; the core's variables come from its own
+  ``init`` (compiled; skipped for a core without variables, reused across lengths when their shapes do not
+  change). One program is compiled per point: its XLA FLOPs and compiled memory are the point's, and
+  unless ``compile_only`` it is timed as the model's step is (``time_steps``)."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from lra_bench.training import steps, xla_stats
+
+  peak_before = xla_stats.peak_memory_bytes()
+  b, length, heads, head_dim = core_shape(config)
+  dtype = steps.compute_dtype(config)
+  core = create_core(config)
+  shape = (b, length, heads, head_dim)
+  keys = jax.random.split(jax.random.key(config.seed), 3)
+  rngs = {"dropout": keys[1], "attention": keys[2]}
+  spec = jax.ShapeDtypeStruct(shape, dtype)
+  mask_spec = jax.ShapeDtypeStruct((b, length), jnp.bool_)
+
+  def init(q, k, v, mask):
+    variables = dict(core.init({"params": keys[0], **rngs}, q, k, v, mask=mask, deterministic=True))
+    variables.pop(steps.AUX_LOSSES, None)  # per-call outputs, not state
+    return variables
+
+  abstract = jax.eval_shape(init, spec, spec, spec, mask_spec)
+  if config.bench.compile_only:
+    q = k = v = cotangent = spec
+    mask, variables, init_seconds = mask_spec, abstract, None
+  else:
+    rng = np.random.default_rng(config.seed)
+    q, k, v, cotangent = (jnp.asarray(rng.standard_normal(shape, np.float32), dtype) for _ in range(4))
+    mask = jnp.ones((b, length), bool)
+    cache_key = (repr(core.config), (b, heads, head_dim), str(dtype), config.seed)  # not L: see _INIT_CACHE
+    start = time.perf_counter()
+    variables = _core_variables(core, cache_key, abstract,
+                                lambda: jax.block_until_ready(jax.jit(init)(q, k, v, mask)))
+    init_seconds = time.perf_counter() - start
+  variables = dict(variables)
+  params = variables.pop("params", {})
+  num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+  args = (params, q, k, v, variables, mask, cotangent, rngs)
+  start = time.perf_counter()
+  compiled = jax.jit(core_step(core)).lower(*args).compile()
+  # init_seconds: making the core's variables (~0: it has none, or an earlier length made them)
+  out = {"compile_seconds": time.perf_counter() - start, "init_seconds": init_seconds, "num_params": num_params}
+  analysis = xla_stats.cost_analysis(compiled)
+  out.update(flops_per_step=analysis["flops"], compiled_memory_bytes=analysis["compiled_memory_bytes"],
+             compiled_temp_bytes=analysis["temp_bytes"])
+  if config.bench.compile_only:
+    return out
+  xla_stats.check_fits(compiled, f"the {config.model.attention} core's forward + backward at length {length}",
+                       "run a shorter length or a smaller --batch_size, or --compile_only_from this length")
+  times = time_steps(lambda a: (a, compiled(*a)), args, warmup_steps=config.bench.warmup_steps,
+                     repeats=config.bench.repeats)
+  return dict(out, **_timing(times, b, length), peak_memory_bytes=device_peak(peak_before,
+                                                                                xla_stats.peak_memory_bytes()))
+
+
+def _timing(times: Sequence[float], batch_size: int, length: int) -> dict[str, Any]:
+  """The record's time fields of ``times`` (seconds per step): every time, median, quartiles, rates."""
+  import numpy as np
+
+  q25, median, q75 = (float(v) for v in np.percentile(times, [25, 50, 75]))
+  return dict(step_seconds=list(times), step_seconds_median=median, step_seconds_q25=q25,
+              step_seconds_q75=q75, steps_per_second=1.0 / median, examples_per_second=batch_size / median,
+              tokens_per_second=batch_size * length / median)
 
 
 def measure_safely(config: ml_collections.ConfigDict) -> dict[str, Any]:

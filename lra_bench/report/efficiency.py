@@ -1,5 +1,6 @@
-"""The efficiency tables (speed, memory, FLOPs per sequence length, with ratios), LRA Table 2 as
-published, and the series of the scaling figure.
+"""The efficiency tables (speed, memory, FLOPs per sequence length, with ratios and fitted slopes), the
+crossover lengths against the exact baselines, LRA Table 2 as published, and the series of the scaling
+figures.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from attention_zoo.registry import FAMILIES, attention_family
 from lra_bench.experiments import results
+from lra_bench.report.plots import fit_slope
 from lra_bench.report.reference import number, paper_name
 from lra_bench.report.tables import Table
 
@@ -27,7 +30,11 @@ def bench_frame(records: Sequence[dict]) -> pd.DataFrame:
   rows = []
   for r in results.latest_records(x for x in records if x.get("kind") == "bench"):
     memory = r.get("compiled_memory_bytes")
-    rows.append({"attention": r["attention"], "mode": r.get("mode"), "batch_size": r.get("batch_size"),
+    model = (r.get("config") or {}).get("model") or {}
+    heads, qkv_dim = model.get("num_heads"), model.get("qkv_dim")
+    head_dim = qkv_dim // heads if isinstance(heads, int) and isinstance(qkv_dim, int) and heads else None
+    rows.append({"attention": r["attention"], "family": attention_family(r["attention"]), "mode": r.get("mode"),
+                 "batch_size": r.get("batch_size"), "num_heads": heads, "head_dim": head_dim,
                  "backend": r.get("backend"), "device_kind": r.get("device_kind"), "length": r["max_length"],
                  "status": r["status"], "compile_only": bool(r.get("compile_only")),
                  "steps_per_second": r.get("steps_per_second"), "step_seconds_median": r.get("step_seconds_median"),
@@ -77,6 +84,10 @@ class EfficiencyGroup:
   published: Table | None
   memory_source: str              # what ``memory`` (and the frame's memory_bytes) holds
   peak_memory: Table | None = None  # the measured device peak; None where no point has one (CPU)
+  crossover: Table | None = None    # slopes and crossover lengths per attention (``crossover_table``)
+  crossover_frame: pd.DataFrame | None = None  # the same as numbers and texts (its CSV)
+  what: str = ""                    # what one point measured ("attention core forward + backward")
+  setting: str = ""                 # the shapes and the device ("batch 1, 4 heads x 64, cpu")
 
   @property
   def stem(self) -> str:
@@ -93,7 +104,130 @@ def _baseline_value(frame: pd.DataFrame, baseline: str, length: int, metric: str
   return point[metric] if point is not None and point["status"] == "ok" else None
 
 
-MEASURED = ("steps_per_second", "peak_memory_bytes")  # need a run: none for compile-only points
+MEASURED = ("steps_per_second", "peak_memory_bytes", "step_seconds_median")  # none for compile-only points
+
+
+def _metric_value(point: pd.Series | None, metric: str) -> float | None:
+  """``metric`` of an ``ok`` point (of a timed one for a time), else None."""
+  if point is None or point["status"] != "ok" or (metric in MEASURED and point["compile_only"]):
+    return None
+  return _number(point.get(metric))
+
+
+def _values(frame: pd.DataFrame, attention: str, metric: str) -> tuple[list[int], list[float]]:
+  """(lengths, values) of ``attention``'s points that have ``metric`` (``_metric_value``)."""
+  points = [(int(p.length), _metric_value(p, metric)) for _, p in frame[frame.attention == attention].iterrows()]
+  return [n for n, v in points if v is not None], [v for _, v in points if v is not None]
+
+
+# The slopes of the tables: (frame metric, what it is). Time is seconds per step (the speed table shows its
+# inverse, steps/s), memory XLA's compiled estimate.
+SLOPES = (("step_seconds_median", "time"), ("compiled_memory_bytes", "memory"), ("flops_per_step", "FLOPs"))
+
+
+def slope(frame: pd.DataFrame, attention: str, metric: str) -> float | None:
+  """Fitted exponent k of metric ~ c * length^k over ``attention``'s points (``plots.fit_slope``: least
+  squares of log metric on log length); None with fewer than 2 lengths."""
+  return fit_slope(*_values(frame, attention, metric))
+
+
+def _slope_text(value: float | None) -> str:
+  return "—" if value is None else f"{round(value, 2) + 0.0:.2f}"  # + 0.0: never "-0.00"
+
+
+def _number(value) -> float | None:
+  return None if value is None or pd.isna(value) else float(value)
+
+
+def _length_text(length: int) -> str:
+  return f"{int(length)}"
+
+
+def crossover(frame: pd.DataFrame, attention: str, baseline: str, metric: str) -> tuple[int | None, str]:
+  """(L*, text): the shortest measured length L* from which ``attention`` is below ``baseline`` in
+  ``metric`` (faster: ``step_seconds_median``; smaller: ``compiled_memory_bytes``) at L* and at every
+  longer length where the two are compared.
+
+  The two are compared at a length where both have the metric (ok points; timed ones for a time), where
+  the baseline ran out of memory and the attention has the metric (a win), and where the attention ran
+  out of memory or failed and the baseline has it (a loss); other lengths (compile-only times, missing
+  points) are not compared. Text: ``"1024"``; ``"never (≤ 4096)"`` when it is not below at the longest
+  compared length (4096); ``"—"`` when the baseline has no records here, is ``attention`` itself, or no
+  length compares them.
+  """
+  if attention == baseline or not (frame.attention == baseline).any():
+    return None, "—"
+  compared = []
+  for length in sorted(set(frame[frame.attention.isin([attention, baseline])].length.astype(int))):
+    a, b = _point(frame, attention, length), _point(frame, baseline, length)
+    value_a, value_b = (_metric_value(p, metric) for p in (a, b))
+    if value_a is not None and value_b is not None:
+      compared.append((length, value_a < value_b))
+    elif value_a is not None and b is not None and b["status"] == "oom":
+      compared.append((length, True))
+    elif value_b is not None and a is not None and a["status"] in ("oom", "failed"):
+      compared.append((length, False))
+  if not compared:
+    return None, "—"
+  star = None
+  for length, below in reversed(compared):
+    if not below:
+      break
+    star = length
+  if star is None:
+    return None, f"never (≤ {_length_text(compared[-1][0])})"
+  return star, _length_text(star)
+
+
+def family_order(families) -> list[str]:
+  """``registry.FAMILIES`` order; families it does not list (a plugin's) after them, "other" last."""
+  known = [f for f in FAMILIES if f != "other"]
+  return sorted(set(families), key=lambda f: (f == "other", known.index(f) if f in known else len(known), f))
+
+
+def crossover_frame(frame: pd.DataFrame, attentions: Sequence[str]) -> pd.DataFrame:
+  """Per attention: family, the three fitted slopes, and the crossover lengths (number and text) against
+  each of ``BASELINES`` in time and in compiled memory."""
+  rows = []
+  for a in attentions:
+    row = {"attention": a, "family": attention_family(a)}
+    for metric, name in SLOPES:
+      row[f"{name.lower()}_slope"] = slope(frame, a, metric)
+    for baseline in BASELINES:
+      for metric, word in (("step_seconds_median", "faster"), ("compiled_memory_bytes", "smaller")):
+        length, text = crossover(frame, a, baseline, metric)
+        row[f"{word}_than_{baseline}_from"] = length
+        row[f"{word}_than_{baseline}"] = text
+    rows.append(row)
+  out = pd.DataFrame(rows)
+  for column in [c for c in out.columns if c.endswith("_from")]:
+    out[column] = out[column].astype("Int64")  # a length or empty, never 1024.0
+  return out
+
+
+def crossover_table(crossovers: pd.DataFrame, what: str, setting: str, lengths: Sequence[int]) -> Table:
+  """``crossover_frame`` as a display table (rows by family, the baselines first, then by name), its
+  caption saying what was measured and how slopes and crossovers are defined."""
+  pairs = [(word, b) for b in BASELINES for word in ("faster", "smaller")]
+  columns = ["Attention", "family", *[f"slope {name}" for _, name in SLOPES],
+             *[f"{word} than {b} from" for word, b in pairs]]
+  order = family_order(crossovers.family) if len(crossovers) else []
+  ranked = sorted(crossovers.to_dict("records"), key=lambda r: (
+      order.index(r["family"]), BASELINES.index(r["attention"]) if r["attention"] in BASELINES else len(BASELINES),
+      r["attention"]))
+  rows = [[r["attention"], r["family"], *[_slope_text(_number(r[f"{name.lower()}_slope"])) for _, name in SLOPES],
+           *[r[f"{word}_than_{b}"] for word, b in pairs]] for r in ranked]
+  span = f"{_length_text(min(lengths))}–{_length_text(max(lengths))}" if lengths else "none"
+  return Table(columns, rows, left=2, caption=(
+      f"Scaling and crossover lengths, {what}; {setting}; lengths {span}. Slope: the fitted exponent k of "
+      "y ~ c·L^k (least squares of log y on log L over the measured lengths; time = median seconds per step "
+      f"of the timed points, memory = {COMPILED_MEMORY}, FLOPs = XLA's count; — with fewer than 2 lengths). "
+      "Crossover vs a baseline: the shortest measured length L* from which the attention is faster (median "
+      "time) / smaller (compiled memory) than the baseline at L* and at every longer length where both were "
+      "measured (the baseline out of memory counts as a win, the attention out of memory or failed as a "
+      "loss). never (≤ Lmax): not faster / smaller at the longest compared length Lmax; —: no records of "
+      "that baseline, or the row is the baseline. Times are one machine's: on a shared machine they are "
+      "indicative."))
 
 
 def _efficiency_cell(frame: pd.DataFrame, attention: str, length: int, metric: str, fmt) -> str:
@@ -112,14 +246,29 @@ def _efficiency_cell(frame: pd.DataFrame, attention: str, length: int, metric: s
 
 
 def _efficiency_table(frame: pd.DataFrame, metric: str, fmt, caption: str, lengths: list[int],
-                      attentions: list[str]) -> Table:
-  """Attention x length; each value with its ratios vs ``BASELINES`` at the same length. Without any
-  ``flash`` record a last column says so (a missing ratio is then not mistaken for a missing number)."""
+                      attentions: list[str], slope_of: tuple[str, str] | None = None) -> Table:
+  """Attention x length; each value with its ratios vs ``BASELINES`` at the same length, then the fitted
+  log-log slope of ``slope_of`` = (frame metric, column title) over the lengths. Without any ``flash``
+  record a last column says so (a missing ratio is then not mistaken for a missing number)."""
   columns = ["Attention", *[f"{length:,}".replace(",", " ") for length in lengths]]
+  columns += [slope_of[1]] if slope_of else []
   no_flash = not (frame.attention == "flash").any()
   rows = [[a, *[_efficiency_cell(frame, a, length, metric, fmt) for length in lengths]]
+          + ([_slope_text(slope(frame, a, slope_of[0]))] if slope_of else [])
           + (["no flash records"] if no_flash else []) for a in attentions]
   return Table(columns + (["vs flash"] if no_flash else []), rows, caption=caption)
+
+
+def describe(mode: str, batch: int, device: str, frame: pd.DataFrame) -> tuple[str, str]:
+  """(what one point of ``mode`` measured, its setting: shapes and device), for captions and titles."""
+  if mode == "core":
+    heads = sorted({int(h) for h in frame.get("num_heads", pd.Series(dtype=float)).dropna()})
+    dims = sorted({int(d) for d in frame.get("head_dim", pd.Series(dtype=float)).dropna()})
+    shape = (f", {'/'.join(map(str, heads))} heads x {'/'.join(map(str, dims))}" if heads and dims else "")
+    return ("attention core forward + backward (gradient w.r.t. q, k, v and the core's parameters)",
+            f"batch {batch}{shape}, {device}")
+  what = "training step (forward + backward + AdamW)" if mode == "train" else "inference (forward only)"
+  return what, f"LRA Text model (4 layers, emb 256, 4 heads, mlp 1024), batch {batch}, {device}"
 
 
 def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> list[EfficiencyGroup]:
@@ -131,16 +280,19 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> l
     lengths = sorted(g.length.unique().tolist())
     attentions = sorted(g.attention.unique(),
                         key=lambda n: (n not in BASELINES, BASELINES.index(n) if n in BASELINES else 0, n))
-    what = "training step (forward + backward + AdamW)" if mode == "train" else "inference (forward only)"
-    setting = f"LRA Text model (4 layers, emb 256, 4 heads, mlp 1024), batch {batch}, {device}"
+    what, setting = describe(mode, int(batch), device, g)
+    slope_note = "Last column: the fitted log-log slope in length (crossover table)."
     speed = _efficiency_table(g, "steps_per_second", lambda v: f"{v:.2f}",
                               f"Steps per second, {what}; {setting}. Median over repeats; "
-                              "(ratios vs vanilla and vs flash) at the same length.", lengths, attentions)
+                              "(ratios vs vanilla and vs flash) at the same length. Last column: the fitted "
+                              "log-log slope of the time per step (seconds, the inverse of steps/s) in length.",
+                              lengths, attentions, ("step_seconds_median", "time slope"))
     memory = _efficiency_table(g, "compiled_memory_bytes", _bytes,
                                f"Memory per step, {COMPILED_MEMORY} (XLA memory_analysis of the compiled "
                                f"step: arguments + outputs + temporaries − donated; computed, not measured, "
                                f"so comparable across CPU/GPU/TPU), {what}; {setting}. "
-                               "(ratios vs vanilla and vs flash).", lengths, attentions)
+                               f"(ratios vs vanilla and vs flash). {slope_note}", lengths, attentions,
+                               ("compiled_memory_bytes", "slope"))
     peak_memory = None
     if g.peak_memory_bytes.notna().any():
       peak_memory = _efficiency_table(
@@ -149,11 +301,13 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> l
           f"n/a: not reported by this backend, or not separable from an earlier point in the same process), "
           f"{what}; {setting}. (ratios vs vanilla and vs flash).", lengths, attentions)
     flops = _efficiency_table(g, "flops_per_step", lambda v: f"{v / 1e9:.1f} G",
-                              f"XLA FLOPs per step, {what}; {setting}. (ratios vs vanilla and vs flash).",
-                              lengths, attentions)
+                              f"XLA FLOPs per step, {what}; {setting}. (ratios vs vanilla and vs flash). "
+                              f"{slope_note}", lengths, attentions, ("flops_per_step", "slope"))
     published = _published_efficiency(reference_eff, attentions) if mode == "train" else None
+    crossovers = crossover_frame(g, attentions)
     groups.append(EfficiencyGroup(mode, int(batch), device, g, speed, memory, flops, published,
-                                  COMPILED_MEMORY, peak_memory))
+                                  COMPILED_MEMORY, peak_memory, crossover_table(crossovers, what, setting, lengths),
+                                  crossovers, what, setting))
   return groups
 
 

@@ -23,7 +23,7 @@ import attention_zoo
 from lra_bench.experiments import results
 from lra_bench.report import plots, viz
 from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
-from lra_bench.report.efficiency import EfficiencyGroup, efficiency_groups, scaling_series
+from lra_bench.report.efficiency import EfficiencyGroup, efficiency_groups, family_order, scaling_series
 from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, TASK_TITLES, load_followups,
                                         load_reference)
 
@@ -196,16 +196,31 @@ def _efficiency_section(out: _Out, g: EfficiencyGroup) -> None:
   out.written.append(stem + ".csv")
   peak = [] if g.peak_memory is None else [g.peak_memory]
   out.write(stem + ".tex", "".join(t.to_latex() for t in [g.speed, g.memory, *peak, g.flops]))
-  figure = plots.scaling_figure(
-      scaling_series(g.frame), [("time", "seconds per step (median, IQR)"),
-                                ("memory", f"memory per step (bytes; {g.memory_source})"),
-                                ("flops", "XLA FLOPs per step")],
-      f"{g.mode}, batch {g.batch_size}, {g.device_kind}", os.path.join(out.directory, f"scaling_{g.stem}"))
-  out.written += figure
-  md = [f"## Efficiency — {g.mode}, batch {g.batch_size}, {g.device_kind}", "",
-        f"![scaling]({out.rel(figure[0])})", "", f"Log-log; legend: fitted slope of log y on log length "
-        f"(numpy.polyfit). [SVG]({out.rel(figure[1])})", "",
-        g.speed.to_markdown(), "", g.memory.to_markdown(), ""]
+  crossover = os.path.join(out.directory, f"crossover_{g.stem}")
+  g.crossover_frame.to_csv(crossover + ".csv", index=False)
+  out.written.append(crossover + ".csv")
+  out.write(crossover + ".tex", g.crossover.to_latex())
+  out.write(crossover + ".md", g.crossover.to_markdown())
+  series = scaling_series(g.frame)
+  family_of = dict(zip(g.frame.attention, g.frame.family))
+  per_step = "forward + backward" if g.mode == "core" else "step"
+  figures = [plots.family_scaling_figure(
+      series, family_of, metric, label, f"{title} vs sequence length: {g.what}; {g.setting}",
+      os.path.join(out.directory, f"scaling_{g.stem}_{metric}"), families=family_order(family_of.values()))
+      for metric, label, title in (("time", f"seconds per {per_step} (median, IQR)", "Time"),
+                                   ("memory", f"bytes per {per_step} ({g.memory_source})", "Memory"))]
+  for figure in figures:
+    out.written += figure
+  md = [f"## Efficiency — {g.mode}, batch {g.batch_size}, {g.device_kind}", ""]
+  for figure in figures:
+    md += [f"![scaling]({out.rel(figure[0])})", ""]
+  md += ["Log-log, one panel per attention family, vanilla and flash as grey dashed references in every "
+         "panel; legends: fitted slope of log y on log length (numpy.polyfit). SVG: "
+         + ", ".join(f"[{out.rel(f[1])}]({out.rel(f[1])})" for f in figures) + ".", "",
+         g.crossover.to_markdown(), "",
+         f"Files: [{out.rel(crossover)}.csv]({out.rel(crossover)}.csv) (slopes and crossover lengths as "
+         f"numbers), [{out.rel(crossover)}.tex]({out.rel(crossover)}.tex).", "",
+         g.speed.to_markdown(), "", g.memory.to_markdown(), ""]
   md += [line for t in peak for line in (t.to_markdown(), "")] + [g.flops.to_markdown()]
   if g.published is not None:
     md += ["", g.published.to_markdown()]
@@ -229,7 +244,8 @@ def _patterns_section(out: _Out, names: Sequence[str], length: int, **probe: Any
 def _bubble(accuracy_reports: Sequence[AccuracyReport], groups: Sequence[EfficiencyGroup],
             out_dir: str) -> tuple[list[str], str] | None:
   """Average accuracy of the first protocol with data vs training speed at the best-covered length."""
-  train_groups = [g for g in groups if g.mode == "train"] or list(groups)
+  # The model's steps only: the core mode times the attention core alone, not the model's speed.
+  train_groups = [g for g in groups if g.mode == "train"] or [g for g in groups if g.mode != "core"]
   if not accuracy_reports or not train_groups:
     return None
   rep = next((r for r in accuracy_reports if r.avg_tasks), None)

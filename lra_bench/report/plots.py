@@ -116,7 +116,7 @@ def set_log_axis(ax, axis: str, values, base: float = 10.0, ticks: Sequence[floa
 
 
 def _slope_text(value: float | None) -> str:
-  return "  –  " if value is None else f"{value:5.2f}"
+  return "  –  " if value is None else f"{round(value, 2) + 0.0:5.2f}"  # + 0.0: never "-0.00"
 
 
 def scaling_figure(series: Mapping[str, Mapping[str, Sequence]], panels: Sequence[tuple[str, str]],
@@ -194,6 +194,122 @@ def scaling_figure(series: Mapping[str, Mapping[str, Sequence]], panels: Sequenc
                + ", ".join(f"{metric[0]} = {metric}" for metric, _ in panels), title_fontsize=8)
   fig.suptitle(f"Cost per step vs sequence length, {title}  (× at the top: OOM or failed at that length)",
                fontsize=10)
+  return save(fig, out_stem + ".png", out_stem + ".svg")
+
+
+REFERENCE_STYLES = {"vanilla": ("0.35", (0, (6, 2))), "flash": ("0.6", (0, (2, 1.5)))}  # grey, dashed
+
+
+def family_scaling_figure(series: Mapping[str, Mapping[str, Sequence]], family_of: Mapping[str, str],
+                          metric: str, ylabel: str, title: str, out_stem: str, *,
+                          families: Sequence[str] | None = None, references: Sequence[str] = ("vanilla", "flash"),
+                          columns: int = 2) -> list[str]:
+  """One metric vs sequence length as small multiples: one log-log panel per family.
+
+  Every panel has the same axes (so panels compare), the lines of its family's attentions (with their
+  ``<metric>_lo``/``_hi`` error bars where given), the ``references`` present in ``series`` as grey dashed
+  lines (in every panel but the one they belong to), × at the top edge for an attention's OOM or failed
+  lengths, and its own legend to its right, outside the data: each attention with its fitted slope (log
+  y on log length).
+
+  Args:
+    series: ``{attention: {"length": [...], metric: [...], ...}}`` as for ``scaling_figure``.
+    family_of: attention -> family (a missing one is "other").
+    metric, ylabel: the series key drawn and its axis label.
+    title: what was measured and where (the figure's title).
+    out_stem: path without extension (``.png`` and ``.svg`` are written).
+    families: the panels' order (default: sorted, "other" last); families without a line are left out.
+    columns: panels per row.
+  """
+  plt = pyplot()
+  import matplotlib.lines as mlines
+  import matplotlib.ticker as ticker
+  import matplotlib.transforms as mtransforms
+
+  names = sorted(series)
+  family_of = {name: family_of.get(name) or "other" for name in names}
+  present = set(family_of.values())
+  order = [f for f in (families or sorted(present, key=lambda f: (f == "other", f))) if f in present]
+  order += sorted(present - set(order), key=lambda f: (f == "other", f))
+  refs = [r for r in references if r in series]
+
+  def curve(name: str):
+    s = series[name]
+    x = np.asarray(s["length"], float)
+    y = np.asarray(s.get(metric, [np.nan] * len(x)), float)
+    keep = np.isfinite(y) & (y > 0)
+    bars = None
+    if s.get(f"{metric}_lo") is not None and s.get(f"{metric}_hi") is not None:
+      lo, hi = np.asarray(s[f"{metric}_lo"], float)[keep], np.asarray(s[f"{metric}_hi"], float)[keep]
+      bars = np.abs(np.vstack([y[keep] - lo, hi - y[keep]]))
+    return x[keep], y[keep], bars
+
+  curves = {name: curve(name) for name in names}
+  slopes = {name: fit_slope(*curves[name][:2]) if len(curves[name][0]) else None for name in names}
+  ys = [float(v) for _, y, bars in curves.values()
+        for v in (y if bars is None else np.concatenate([y, y - bars[0], y + bars[1]])) if v > 0]
+  lengths = sorted({float(v) for s in series.values() for v in s["length"]}
+                   | {float(v) for s in series.values() for v in s.get("failed_length", ())})
+  members = {f: [n for n in names if family_of[n] == f] for f in order}
+  name_w = max((len(n) for n in names), default=4)  # legend entries: the name padded to this, its slope
+  # Layout in inches: a panel, its legend to the right, then the gap for the next panel's tick labels.
+  font = 6.5
+  legend_w = 0.45 + (name_w + 7) * font * 0.62 / 72
+  entries = max((len(m) + sum(r not in m for r in refs) for m in members.values()), default=1) + 1
+  panel_w, panel_h = 3.3, max(2.5, entries * font * 1.55 / 72)
+  gap_w, gap_h, left, top, bottom = 0.6, 0.95, 0.75, 0.95, 0.55
+  ncols = max(1, min(columns, len(order)))
+  nrows = max(1, int(np.ceil(len(order) / ncols)))
+  width = left + ncols * (panel_w + legend_w) + (ncols - 1) * gap_w + 0.1
+  height = top + nrows * panel_h + (nrows - 1) * gap_h + bottom
+  fig = plt.figure(figsize=(width, height))
+  for i, family in enumerate(order):
+    row, col = divmod(i, ncols)
+    x0 = left + col * (panel_w + legend_w + gap_w)
+    y0 = height - top - row * (panel_h + gap_h) - panel_h
+    ax = fig.add_axes((x0 / width, y0 / height, panel_w / width, panel_h / height))
+    handles, labels = [], []
+    own = members[family]
+    for j, name in enumerate(own):
+      x, y, bars = curves[name]
+      color, marker = plt.get_cmap("tab10")(j % 10), MARKERS[j % len(MARKERS)]
+      if len(x):
+        ax.errorbar(x, y, yerr=bars, color=color, marker=marker, markersize=3.5, linewidth=1.3, capsize=1.5,
+                    zorder=3)
+      failed = list(series[name].get("failed_length", ()))
+      if failed:  # at the top edge: x in data coordinates, y in axes coordinates
+        trans = mtransforms.blended_transform_factory(ax.transData, ax.transAxes)
+        ax.scatter(failed, [0.97] * len(failed), transform=trans, marker="x", s=30, color=color, zorder=5,
+                   clip_on=False)
+      handles.append(mlines.Line2D([], [], color=color, marker=marker, markersize=3.5))
+      labels.append(f"{name:<{name_w}} {_slope_text(slopes[name])}")
+    for ref in refs:
+      if ref in own:
+        continue
+      color, dashes = REFERENCE_STYLES.get(ref, ("0.5", (0, (4, 2))))
+      x, y, _ = curves[ref]
+      if len(x):
+        ax.plot(x, y, color=color, linestyle=dashes, linewidth=1.2, zorder=2)
+      handles.append(mlines.Line2D([], [], color=color, linestyle=dashes, linewidth=1.2))
+      labels.append(f"{ref:<{name_w}} {_slope_text(slopes[ref])}")
+    step = int(np.ceil(len(lengths) / 7)) if lengths else 1
+    set_log_axis(ax, "x", lengths, base=2, ticks=lengths[::step],
+                 formatter=ticker.FuncFormatter(lambda v, _: f"{v:.0f}"))
+    set_log_axis(ax, "y", ys)
+    ax.set_xlabel("sequence length", fontsize=8)
+    if col == 0:  # the panels share their axes: one label per row
+      ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, which="major", alpha=0.35)
+    ax.grid(True, which="minor", alpha=0.12)
+    ax.set_title(f"{family} ({len(own)})", fontsize=9)
+    anchor = ((x0 + panel_w + 0.08) / width, (y0 + panel_h) / height)
+    fig.legend(handles, labels, loc="upper left", bbox_to_anchor=anchor,
+               prop={"family": "monospace", "size": font}, frameon=False, handlelength=2.2, borderaxespad=0.0,
+               borderpad=0.0, title="slope", title_fontsize=font, alignment="left")
+  fig.suptitle(f"{title}\nlog-log, one panel per family; grey dashed: {' and '.join(refs) or 'no reference'} "
+               "(references, in every other panel); legend: fitted slope of log y on log length; "
+               "× at the top: OOM or failed", fontsize=9, y=1 - 0.12 / height, va="top")
   return save(fig, out_stem + ".png", out_stem + ".svg")
 
 
