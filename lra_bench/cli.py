@@ -363,13 +363,16 @@ def _add_suite(commands, common) -> None:
 
 
 def _add_bench(commands, common) -> None:
-  p = _command(commands, "bench", "time the LRA Table 2 model (or one attention core alone): steps/s, memory and FLOPs per length",
+  p = _command(commands, "bench",
+               "time the LRA Table 2 model (or one attention core alone): steps/s, memory and FLOPs per length",
                _bench, common)
   p.add_argument("--lengths", type=int_list(1), default="1024,2048,3072,4096,8192,16384",
                  help="comma list of sequence lengths")
   p.add_argument("--attentions", type=names, default="all", help="'all' or a comma list of attentions")
   p.add_argument("--batch_size", type=int_at_least(1), default=32, help="batch size (LRA Table 2: 32)")
-  p.add_argument("--mode", choices=MODES, default="train", help="train: the model's train step; inference: its forward pass; core: the attention core alone, forward + backward")
+  p.add_argument("--mode", choices=MODES, default="train",
+                 help="train: the model's train step; inference: its forward pass; "
+                      "core: the attention core alone, forward + backward")
   p.add_argument("--repeats", type=int_at_least(1), default=10, help="timed steps per point (median, IQR)")
   p.add_argument("--warmup_steps", type=int_at_least(0), default=2, help="untimed steps after compilation")
   p.add_argument("--compile_only", action=BoolFlag, default=False, help="XLA FLOPs and compiled memory "

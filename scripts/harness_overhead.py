@@ -24,8 +24,8 @@ import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lra_bench.training import config as config_lib  # noqa: E402
-from lra_bench.training import loop  # noqa: E402
+from lra_bench.training import config as config_lib
+from lra_bench.training import loop
 
 
 def main() -> int:

@@ -25,9 +25,9 @@ import optax
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from configs import smoke  # noqa: E402
-from lra_bench.training import models  # noqa: E402
-from tasks import pathfinder  # noqa: E402
+from configs import smoke
+from lra_bench.training import models
+from tasks import pathfinder
 
 
 def main() -> int:
