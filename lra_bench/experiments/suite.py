@@ -407,10 +407,10 @@ def final_records(cells: Sequence[Cell], records: Sequence[dict]) -> dict[str, d
   return {cell.name: best[key] for cell in cells if (key := cell.key()) in best}
 
 
-def final_statuses(cells: Sequence[Cell], records: Sequence[dict]) -> dict[str, list[str]]:
-  """status -> the cells whose best record has it (cells without a record are left out)."""
+def final_statuses(best: dict[str, dict]) -> dict[str, list[str]]:
+  """status -> the cells whose best record has it, from ``final_records`` (cells without one are left out)."""
   out: dict[str, list[str]] = {}
-  for name, record in final_records(cells, records).items():
+  for name, record in best.items():
     out.setdefault(record["status"], []).append(name)
   return out
 
@@ -537,7 +537,7 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
   summary.skipped_tasks = skipped
   if not summary.queued:
     best = final_records(cells, results.load_records(results_dir))
-    summary.final = final_statuses(cells, list(best.values()))
+    summary.final = final_statuses(best)
     summary.reasons = reasons(best)
   summary.seconds = time.perf_counter() - start
   return summary
