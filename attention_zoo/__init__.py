@@ -14,12 +14,14 @@ from attention_zoo import registry as _registry
 from attention_zoo.registry import (
     AttentionConfig,
     PluginError,
+    StateSizeUnknown,
     attention_config,
     create_attention,
     defining_module,
     list_attentions,
     load_plugins,
     register_attention,
+    state_size,
 )
 
 for _info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
@@ -30,10 +32,12 @@ _registry.mark_builtins_registered()
 __all__ = [
     "AttentionConfig",
     "PluginError",
+    "StateSizeUnknown",
     "attention_config",
     "create_attention",
     "defining_module",
     "list_attentions",
     "load_plugins",
     "register_attention",
+    "state_size",
 ]

@@ -74,6 +74,11 @@ class AdaptiveSpanConfig(AttentionConfig):
     if not 0.0 <= self.init_val <= 1.0:
       raise ValueError(f"adaptive_span init_val must be in [0, 1], got {self.init_val}")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """2·H·D·min(M − 1, L): the keys/values at distance 1..M − 1 (M = ``max_span``; the learned spans
+    z_h ≤ M could shrink it after training, upstream's cache trimming, but the config bounds it by M)."""
+    return 2 * num_heads * head_dim * min(self.max_span - 1, length)
+
   def support(self, length: int) -> np.ndarray | None:
     delta = np.arange(length)[:, None] - np.arange(length)[None, :]
     return (np.abs(delta) < self.max_span) & ((delta >= 0) if self.causal else True)

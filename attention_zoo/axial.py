@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from attention_zoo import _blocks, _common
-from attention_zoo.registry import AttentionConfig, register_attention
+from attention_zoo.registry import AttentionConfig, peak_over_prefixes, register_attention
 
 MODES = ("union", "alternating", "parallel", "row", "column")
 
@@ -52,6 +52,19 @@ class AxialConfig(AttentionConfig):
       raise ValueError(f"axial mode must be one of {MODES}, got {self.mode!r}")
     if self.width is not None and self.width < 1:
       raise ValueError("axial width must be >= 1")
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """``row``: 2·H·D·min(m − 1, L), the current row's past keys/values; ``union``, ``column``,
+    ``parallel``: 2·H·D·L, a later row's query reads every past key/value of its column and every
+    column comes round again; ``alternating``: the most over t ≤ L of H·(2D·t + D·(t mod m)), every past
+    key and row output (the column attention's values) plus the raw values of the current row."""
+    _, width = _blocks.grid_shape(length, self.width)
+    per_position = 2 * num_heads * head_dim
+    if self.mode == "row":
+      return per_position * min(width - 1, length)
+    if self.mode == "alternating":
+      return peak_over_prefixes(length, width, lambda t: per_position * t + num_heads * head_dim * (t % width))
+    return per_position * length
 
 
 @register_attention("axial", AxialConfig)

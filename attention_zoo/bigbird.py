@@ -80,6 +80,11 @@ class BigBirdConfig(AttentionConfig):
     if self.num_rand_blocks < 0:
       raise ValueError("bigbird num_rand_blocks must be >= 0")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """2·H·D·L: the last block is a global query block that attends to every past key (and the random
+    blocks reach any earlier block), so no past key or value can be dropped."""
+    return 2 * num_heads * head_dim * length
+
 
 def default_block_size(length: int) -> int:
   """64 (the LRA block size) once L ≥ 512; ~L/8 below, so short inputs still have ~8 blocks."""

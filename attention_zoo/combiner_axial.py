@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_zoo import _blocks, _combiner_common, _common
-from attention_zoo.registry import AttentionConfig, register_attention
+from attention_zoo.registry import AttentionConfig, peak_over_prefixes, register_attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +51,18 @@ class CombinerAxialConfig(AttentionConfig):
   spans: str = "vertical"
   mixture: str = "joint"
   abstraction: str = "max"
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """``vertical``: H·(the most over t ≤ L of 2D·t + D·(m·[t ≥ m] + t mod m)), every past key/value
+    (a later query reads its whole column above it) plus each column's running query pool of the rows
+    above the current one and the current row's queries (the span summaries' q̂; k̂ and v̂ are
+    recomputed from the kept keys/values); ``horizontal`` and ``both``: 3·H·D·L, the past queries too,
+    since a later query at column c needs the prefix and suffix pools of every earlier row at c."""
+    if self.spans == "vertical":
+      _, width = _blocks.grid_shape(length, self.width)
+      return num_heads * peak_over_prefixes(
+          length, width, lambda t: 2 * head_dim * t + head_dim * (width * (t >= width) + t % width))
+    return 3 * num_heads * head_dim * length
 
 
 @dataclasses.dataclass(frozen=True)

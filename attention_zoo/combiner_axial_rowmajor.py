@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_zoo import _blocks, _combiner_common, _common
-from attention_zoo.registry import AttentionConfig, register_attention
+from attention_zoo.registry import AttentionConfig, peak_over_prefixes, register_attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +51,16 @@ class CombinerRowmajorConfig(AttentionConfig):
   width: int | None = None
   row_summary: str = "proj"
   abstraction: str = "max"
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """H·(the most over t ≤ L of K·⌊t/m⌋ + 3D·(t mod m)): per finished row its span summaries, K = 2D·m
+    (k̂ and v̂ of every column; ``"pool"``: one pooled k̂ and m values, D·(m + 1)), and the current
+    row's raw queries, keys and values (its direct part, and the row attention of each of its queries
+    that forms those summaries when the row is done)."""
+    _, width = _blocks.grid_shape(length, self.width)
+    per_row = head_dim * (width + 1) if self.row_summary == "pool" else 2 * head_dim * width
+    return num_heads * peak_over_prefixes(
+        length, width, lambda t: per_row * (t // width) + 3 * head_dim * (t % width))
 
 
 @register_attention("combiner_axial_rowmajor", CombinerRowmajorConfig)

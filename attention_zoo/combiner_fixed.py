@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 
 from attention_zoo import _blocks, _combiner_common, _common
-from attention_zoo.registry import AttentionConfig, register_attention
+from attention_zoo.registry import AttentionConfig, peak_over_prefixes, register_attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +45,18 @@ class CombinerFixedConfig(AttentionConfig):
   num_summary: int = 1
   direct: str = "sparse"
   abstraction: str = "max"
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """H·(the most over t ≤ L of 2D·(C + 1)·⌊t/S⌋ + 2D·(t mod S) + D): per finished block its C summary
+    keys/values (``direct="sparse"``; C = 0 for ``"block"``) and its span summary k̂, v̂; the current
+    block's raw keys/values (its direct part, and the inputs of its span value softmax(q̂·k) v, which
+    waits for the block's pooled query q̂); that running query pool (D)."""
+    size = self.block_size or _blocks.sqrt_block_size(length)
+    summary = min(self.num_summary, size) if self.direct == "sparse" else 0
+    spans = 1 if summary < size else 0      # a block whose every position is a summary has no span
+    past = peak_over_prefixes(
+        length, size, lambda t: 2 * head_dim * ((summary + spans) * (t // size) + t % size) + spans * head_dim)
+    return num_heads * past
 
 
 @register_attention("combiner_fixed", CombinerFixedConfig)

@@ -48,6 +48,7 @@ class CombinerLearnableConfig(AttentionConfig):
   """
 
   family = "combiner"
+  no_causal_form = "it sorts tokens by cluster, so a chunk mixes past and future tokens"
   num_clusters: int = 8
   chunk_size: int | None = None
   decay: float = 0.999

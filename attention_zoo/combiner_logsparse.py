@@ -39,6 +39,30 @@ class CombinerLogsparseConfig(AttentionConfig):
   family = "combiner"
   abstraction: str = "max"
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """H·(the most over t ≤ L of the summaries a later query reads plus the raw tail): ≈ H·D·L at
+    t = 2^(K−1) − 1. With K levels, a level whose bit of t is 0 has an unfinished chunk that the next
+    chunk will read; its span value softmax(q̂·k) v waits for the chunk's pooled query q̂, so the raw
+    keys/values of the longest such chunk (t mod 2^l) are kept, with a running query pool (D) per such
+    level; a level whose bit is 1 keeps its finished left chunk's k̂, v̂ (2D; only v̂ when the chunk
+    lies inside that raw tail, whose keys re-pool k̂, and nothing for a one-position chunk there)."""
+    t = np.arange(length + 1, dtype=np.int64)
+    levels = max(length - 1, 0).bit_length()
+    tail = np.zeros_like(t)                 # raw positions kept: the longest unfinished chunk
+    top = np.full_like(t, -1)               # its level (−1: none)
+    pools = np.zeros_like(t)
+    for level in range(levels):
+      seen = t % (1 << level)               # positions of the level's current chunk so far
+      unfinished = ((t >> level) & 1 == 0) & (seen > 0)
+      tail, top = np.where(unfinished, seen, tail), np.where(unfinished, level, top)
+      pools += unfinished
+    finished = np.zeros_like(t)
+    for level in range(levels):
+      inside = level < top                  # the left chunk lies inside the raw tail
+      cost = np.where(inside, 0 if level == 0 else head_dim, 2 * head_dim)
+      finished += np.where((t >> level) & 1 == 1, cost, 0)
+    return int(num_heads * np.max(finished + 2 * head_dim * tail + head_dim * pools))
+
 
 def dyadic_spans(length: int, causal: bool) -> tuple[list[int], np.ndarray, np.ndarray]:
   """Static span tables. Returns (chunks per level, index [L, P] into the level-concatenated chunk

@@ -63,6 +63,13 @@ class CosformerConfig(AttentionConfig):
     if self.eps <= 0 or self.causal_chunk < 1:
       raise ValueError("cosformer eps must be > 0 and causal_chunk >= 1")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """H·(F·D + F), F = 2D: the running sums of the sin- and cos-weighted blocks; the re-weighting
+    needs only the step i and M = L, known in advance, not a per-layer float."""
+    del length
+    features = 2 * head_dim
+    return num_heads * (features * head_dim + features)
+
 
 def position_weights(length: int, dtype) -> jax.Array:
   """[L, 2]: ``sin(πi/2L), cos(πi/2L)`` for i = 1..L."""

@@ -44,6 +44,8 @@ class EfficientAttentionConfig(AttentionConfig):
   """Efficient Attention has no options beyond ``causal`` (unsupported) and ``dropout_rate``."""
 
   family = "kernel"
+  no_causal_form = ("the key softmax normalises each feature over all positions, so past outputs would depend "
+                    "on future keys")
 
 
 @register_attention("efficient_attention", EfficientAttentionConfig)

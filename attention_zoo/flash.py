@@ -89,6 +89,10 @@ class FlashConfig(AttentionConfig):
     if self.padding not in ("mask", "lengths"):
       raise ValueError(f"flash padding must be 'mask' or 'lengths', got {self.padding!r}")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """2·H·D·L: exact attention, the keys and values of every past position (the KV cache)."""
+    return 2 * num_heads * head_dim * length
+
   def support(self, length: int) -> np.ndarray:
     """Every pair (exact attention), or j ≤ i when causal."""
     full = np.ones((length, length), bool)

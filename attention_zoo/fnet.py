@@ -63,6 +63,7 @@ class FNetConfig(AttentionConfig):
   """
 
   family = "mixing"
+  no_causal_form = "the Fourier transform mixes every position, future ones included"
   mix_heads: bool = True
   nonnegative = False
   rows_sum_to_one = False

@@ -57,6 +57,7 @@ class HTransformer1DConfig(AttentionConfig):
   """
 
   family = "sparse"
+  no_causal_form = "coarse queries average future positions"
   block_size: int = 16
 
   def __post_init__(self):

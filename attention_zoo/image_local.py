@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_zoo import _common
-from attention_zoo.registry import AttentionConfig, register_attention
+from attention_zoo.registry import AttentionConfig, peak_over_prefixes, register_attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +83,20 @@ class ImageLocalConfig(AttentionConfig):
       raise ValueError(f"image_local query_shape must be two sizes >= 1, got {self.query_shape}")
     if len(self.flange_2d) != 2 or min(self.flange_2d) < 0:
       raise ValueError(f"image_local flange_2d must be two sizes >= 0, got {self.flange_2d}")
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """2·H·D·(the most over t ≤ L of the past positions a later query's memory still covers): 1-D,
+    min(t, f + t mod b), the flange before the current block and the block's past part (≤ f + b − 1);
+    2-D, counted on the raster continued by further rows (about fh + qh rows of W)."""
+    if length == 0:
+      return 0
+    width, shape, flange = geometry(self, length)
+    if self.image_width is None:
+      block, reach = shape[1], flange[1]
+      past = peak_over_prefixes(length, block, lambda t: min(t, reach + t % block))
+    else:
+      past = raster_state(length, width, shape, flange)
+    return 2 * num_heads * head_dim * past
 
   def support(self, length: int) -> np.ndarray:
     """Each query's block memory (ANDed with j ≤ i when causal), no padding."""
@@ -124,6 +138,22 @@ def block_tables(length: int, width: int, shape: tuple[int, int],
   memory = pos[block_r - fh + np.arange(qh + 2 * fh)[:, None],
                block_c - fw + np.arange(qw + 2 * fw)]                                  # [N, mh, mw]
   return queries.reshape(num, -1), memory.reshape(num, -1)
+
+
+def raster_state(length: int, width: int, shape: tuple[int, int], flange: tuple[int, int]) -> int:
+  """The most, over t ≤ L, of the positions j < t that some query i ≥ t still reads in the causal form
+  (i reads j iff j lies in the memory of i's block and j ≤ i), with the image continued by enough
+  further rows of width W that every reader of a position < L exists."""
+  extended = length + (2 * shape[0] + 2 * flange[0] + 1) * width
+  queries, memory = block_tables(extended, width, shape, flange)
+  last_query = np.where(queries < extended, queries, -1).max(axis=1)                  # [N]
+  reader = np.full(extended + 1, -1)                                                 # last reader of j
+  np.maximum.at(reader, memory.reshape(-1), np.repeat(last_query, memory.shape[1]))
+  held = np.nonzero(reader[:length] > np.arange(length))[0]           # j is held for t in (j, reader]
+  change = np.zeros(length + 2, np.int64)
+  np.add.at(change, held + 1, 1)
+  np.add.at(change, np.minimum(reader[held], length) + 1, -1)
+  return int(np.cumsum(change)[:length + 1].max())
 
 
 @register_attention("image_local", ImageLocalConfig)

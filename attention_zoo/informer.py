@@ -60,6 +60,8 @@ class InformerConfig(AttentionConfig):
   """
 
   family = "low-rank"
+  no_causal_form = ("the top-u query selection ranks all queries, so future inputs decide which past queries "
+                    "are active")
   factor: int = 5
   redraw: str = "every_call"
   seed: int = 0

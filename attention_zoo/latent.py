@@ -95,6 +95,14 @@ class LatentConfig(AttentionConfig):
   # Whether the method has a causal form (Luna: yes; ISAB: no).
   has_causal_form: ClassVar[bool] = True
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int | None:
+    """H·M·(2D + 1): causal Luna's prefix sums Σ w·k, Σ w·v and Σ w per head and latent (M =
+    ``num_latents``); None for ISAB (no causal form)."""
+    del length
+    if self.no_causal_form:
+      return None
+    return num_heads * self.num_latents * (2 * head_dim + 1)
+
   def __post_init__(self):
     if self.num_latents < 1:
       raise ValueError(f"num_latents must be >= 1, got {self.num_latents}")
@@ -110,6 +118,7 @@ class IsabConfig(LatentConfig):
 
   num_latents: int = 32
   has_causal_form = False
+  no_causal_form = "ISAB packs the whole set into every inducing point"
 
 
 @register_attention("luna", LatentConfig)

@@ -57,6 +57,11 @@ class LinearTransformerConfig(AttentionConfig):
     if self.eps < 0 or self.causal_chunk < 1:
       raise ValueError("linear_transformer eps must be >= 0 and causal_chunk >= 1")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """H·(F·D + F), F = D: the running sums Σ φ(k) vᵀ and Σ φ(k) per head, whatever the length."""
+    del length
+    return num_heads * (head_dim * head_dim + head_dim)
+
 
 def elu_features(x: jax.Array) -> jax.Array:
   """``elu(x) + 1`` [B, L, H, D] in float32 or wider."""

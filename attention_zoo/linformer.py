@@ -59,6 +59,7 @@ class LinformerConfig(AttentionConfig):
   """
 
   family = "low-rank"
+  no_causal_form = "the length projection mixes future positions into every projected key and value"
   k: int = 16
   k_fraction: float | None = None
   share_kv: bool = True

@@ -68,6 +68,14 @@ class LocalConfig(AttentionConfig):
     if self.grouping not in GROUPINGS:
       raise ValueError(f"local grouping must be one of {GROUPINGS}, got {self.grouping!r}")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """2·H·D·min(S − 1, L) contiguous: the keys/values of the current block's past positions (at most
+    S − 1; the buffer empties at each block boundary); 2·H·D·L for ``lra_strided``: the groups are the
+    residues mod N, which every later stretch of N positions visits again, so no past key expires."""
+    if self.grouping == "lra_strided":
+      return 2 * num_heads * head_dim * length
+    return 2 * num_heads * head_dim * min(self.block_size - 1, length)
+
   def support(self, length: int) -> np.ndarray:
     """bool [L, L]: same group (and j ≤ i when causal)."""
     group = group_index(length, self.block_size, self.grouping)

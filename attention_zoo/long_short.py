@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_zoo import _blocks, _common
-from attention_zoo.registry import AttentionConfig, register_attention
+from attention_zoo.registry import AttentionConfig, peak_over_prefixes, register_attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +72,14 @@ class LongShortConfig(AttentionConfig):
   def __post_init__(self):
     if self.window_size < 1 or self.num_landmarks < 1:
       raise ValueError("long_short window_size and num_landmarks must be >= 1")
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """H·r·(2D + 2) + 2·H·D·(the most over t ≤ L of min(t, e + t mod w)): the projection's running
+    sums over the finished segments (Σ w·k, Σ w·v, Σ w and the running max, per head and slot) and the
+    raw keys/values of the window, e = max(⌊w/2⌋, 1) before the current segment plus its past part."""
+    size, ext = self.window_size, window_extension(self.window_size)
+    window = peak_over_prefixes(length, size, lambda t: min(t, ext + t % size))
+    return num_heads * self.num_landmarks * (2 * head_dim + 2) + 2 * num_heads * head_dim * window
 
 
 def window_extension(window_size: int) -> int:

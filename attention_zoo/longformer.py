@@ -73,6 +73,20 @@ class LongformerConfig(AttentionConfig):
     if self.num_global < 0:
       raise ValueError("longformer num_global must be >= 0")
 
+  @property
+  def no_causal_form(self) -> str | None:  # type: ignore[override]
+    """Global tokens attend to the whole sequence (causal needs ``num_global=0``)."""
+    if self.num_global:
+      return "global tokens attend to the whole sequence, future included (causal needs num_global=0)"
+    return None
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int | None:
+    """2·H·D·min(⌈w/2⌉ − 1, L): the causal window's past keys/values (⌈w/2⌉ keys to the left including
+    the query itself); None with global tokens (no causal form)."""
+    if self.no_causal_form:
+      return None
+    return 2 * num_heads * head_dim * min(window_sides(self.window)[0] - 1, length)
+
   def support(self, length: int) -> np.ndarray:
     """bool [L, L]: the band ``−⌈w/2⌉ < j − i ≤ ⌊w/2⌋`` (``≤ 0`` when causal), global rows/columns."""
     left, right = window_sides(self.window)

@@ -84,6 +84,11 @@ class MemoryCompressedConfig(AttentionConfig):
     if self.key_conv not in ("full", "per_head"):
       raise ValueError(f"memory_compressed key_conv must be 'full' or 'per_head', got {self.key_conv!r}")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """2·H·D·⌈L/S⌉: the compressed key and value of every finished window of S positions, and the
+    running sums of the unfinished one (the convolutions are linear, so they accumulate)."""
+    return 2 * num_heads * head_dim * -(-length // self.compression)
+
 
 def windows(x: jax.Array, stride: int) -> jax.Array:
   """x [B, L, H, ...] (L a multiple of S) -> [B, C, S, H, ...]."""

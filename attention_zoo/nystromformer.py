@@ -70,6 +70,7 @@ class NystromformerConfig(AttentionConfig):
   """
 
   family = "low-rank"
+  no_causal_form = "every landmark (a segment mean) mixes in future positions"
   nonnegative = False
   rows_sum_to_one = False
 

@@ -117,6 +117,14 @@ class PerformerConfig(AttentionConfig):
     if self.nb_features < 1 or self.causal_chunk < 1:
       raise ValueError("performer nb_features and causal_chunk must be >= 1")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """H·(F·D + F + 1): the running sums Σ φ(k) vᵀ and Σ φ(k), F = M (``nb_features``) and the running
+    max of the keys' log-scales they are kept relative to (FAVOR+); relu kernel H·(D·D + D), F = D."""
+    del length
+    if self.kernel == "relu":
+      return num_heads * (head_dim * head_dim + head_dim)
+    return num_heads * (self.nb_features * head_dim + self.nb_features + 1)
+
 
 def orthonormal_columns(matrices: jax.Array) -> jax.Array:
   """Q of the QR decomposition (with positive R diagonal) of each full-rank ``matrices`` [N, D, D].

@@ -69,6 +69,7 @@ class PoolingformerConfig(AttentionConfig):
   """
 
   family = "sparse"
+  no_causal_form = "an encoder attention: its pooled slots mix past and future positions"
   window: int = 128
   pooled_window: int = 512
   kernel: int = 5

@@ -116,6 +116,20 @@ class ReformerConfig(AttentionConfig):
     if self.redraw not in ("every_call", "fixed"):
       raise ValueError(f"reformer redraw must be 'every_call' or 'fixed', got {self.redraw!r}")
 
+  @property
+  def no_causal_form(self) -> str | None:  # type: ignore[override]
+    if self.trax_causal:
+      return None
+    return ("later tokens' hashes move earlier tokens between chunks, so past outputs depend on the "
+            "future (trax_causal=True runs trax's not strictly causal form)")
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int | None:
+    """2·H·D·L with ``trax_causal``: any past position may hash into a later token's bucket, so every
+    past shared query-key and value is kept; None otherwise (no strictly causal form)."""
+    if self.no_causal_form:
+      return None
+    return 2 * num_heads * head_dim * length
+
 
 def lsh_sizes(length: int, n_buckets: int | None, chunk_len: int | None) -> tuple[int, int, int]:
   """(n_buckets, chunk length C, padded length P) used at this length."""

@@ -85,12 +85,55 @@ class AttentionConfig:
   # gives their order). A core that declares none, e.g. a plugin's, is "other".
   family: ClassVar[str] = "other"
 
+  # Why the core has no causal form (its ``causal=True`` raises ``NotImplementedError``), or None when it
+  # has one. :meth:`state_size` is None exactly when this is set; a config whose causal form depends on
+  # its fields (Longformer's global tokens, ...) makes it a property.
+  no_causal_form: ClassVar[str | None] = None
+
   def support(self, length: int) -> np.ndarray | None:
     """bool [L, L] (query, key): the only pairs that may get non-zero weight at this length (without
     padding), or None when the core promises no fixed pattern (e.g. data-dependent or random support).
     Tests check the probe against it; the attention-pattern plots may draw it."""
     del length
     return None
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int | None:
+    """Scalars one layer of this core keeps per example to generate causally (Zoology's ``state_size``).
+
+    The recall plots of Zoology (Arora et al. 2024) and Based put this on their x axis: the floats a
+    causal model must hold, after ``length`` tokens, to produce the next token's output — multi-head
+    attention's keys and values (2·H·D·L), a window's (2·H·D·w), a linear attention's running sums
+    (H·(F·D + F)). Counted with ``H = num_heads``, query/key head dim ``D = head_dim`` and value dim
+    ``V = D``; sizes the core derives from the length (blocks of ⌈√L⌉, a grid width) are taken at
+    ``length`` and the pattern is continued past it (the future queries of a generator that goes on).
+    Only what the causal form needs counts: a key or value no later query can reach is dropped, a
+    summary that can be formed incrementally is kept instead of its inputs; parameters and the step
+    counter are not state. Where the need rises and falls with the position (blocks that empty at their
+    boundary) it is the most over the prefixes of up to ``length`` tokens: the buffer a generator must
+    allocate (:func:`peak_over_prefixes`). The config's own ``causal`` flag does not matter.
+
+    Returns the count, or None when the core has no causal form (``no_causal_form`` says why).
+
+    Raises :class:`StateSizeUnknown` (a ``NotImplementedError``) when the config does not declare it:
+    this default, so a core that does not override it (e.g. a plugin's) is shown as "unknown", never as
+    "no causal form". A core without a causal form needs no override: setting ``no_causal_form`` makes
+    this default return None. :func:`state_size` (the registry helper) returns the count with its reason.
+    """
+    del length, num_heads, head_dim
+    if self.no_causal_form:
+      return None
+    raise StateSizeUnknown(f"{type(self).__qualname__} does not declare state_size (state size not declared)")
+
+
+class StateSizeUnknown(NotImplementedError):
+  """Raised by :meth:`AttentionConfig.state_size` for a config that does not declare its state size."""
+
+
+def peak_over_prefixes(length: int, period: int, state_at: Callable[[int], int]) -> int:
+  """``max(state_at(t) for t in 0..length)`` for a ``state_at`` that, at a fixed ``t mod period``,
+  never decreases as t grows (a buffer that empties at every block boundary, plus anything that only
+  grows): only the last ``period`` values of t can hold the maximum, so only they are evaluated."""
+  return max(state_at(t) for t in range(max(0, length - max(period, 1) + 1), length + 1))
 
 
 # The families of ``AttentionConfig.family``, in the order the report draws them: exact softmax; fixed sparse
@@ -312,6 +355,33 @@ def attention_config(name: str, **overrides: Any) -> AttentionConfig:
 def create_attention(name: str, **overrides: Any) -> nn.Module:
   """Builds the attention core registered as ``name`` (unbound flax module)."""
   return _entry(name).module_cls(config=attention_config(name, **overrides))
+
+
+def state_size(name: str, length: int, num_heads: int, head_dim: int, **overrides: Any
+               ) -> tuple[int | None, str]:
+  """(scalars, reason): the causal state of one layer of ``name`` (config ``overrides`` applied) per
+  example after ``length`` tokens, ``num_heads`` heads of ``head_dim`` (value dim the same); see
+  :meth:`AttentionConfig.state_size`.
+
+  - ``(n, formula)``: the count and the first paragraph of the config's ``state_size`` docstring (its
+    formula and why);
+  - ``(None, "no causal form: ...")``: the core has none (``AttentionConfig.no_causal_form``);
+  - ``(None, "unknown: ...")``: the config does not declare its state size (e.g. a plugin's core).
+  """
+  if length < 0 or num_heads < 1 or head_dim < 1:
+    raise ValueError(f"state_size needs length >= 0, num_heads >= 1 and head_dim >= 1, got "
+                     f"{length}, {num_heads}, {head_dim}")
+  config = attention_config(name, **overrides)
+  try:
+    size = config.state_size(length, num_heads, head_dim)
+  except StateSizeUnknown:
+    return None, (f"unknown: {type(config).__qualname__} ({defining_module(name)}) does not declare "
+                  "state_size")
+  if size is None:
+    return None, f"no causal form: {config.no_causal_form or 'causal=True raises NotImplementedError'}"
+  method = type(config).state_size
+  doc = inspect.cleandoc(method.__doc__ or "") if method is not AttentionConfig.state_size else ""
+  return int(size), " ".join(doc.split("\n\n")[0].split()) or f"declared by {method.__qualname__}"
 
 
 import contextlib as _contextlib  # noqa: E402 - kept with the one helper that needs it

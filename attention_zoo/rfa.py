@@ -95,6 +95,13 @@ class RFAConfig(AttentionConfig):
     if self.gated and not self.causal:
       raise ValueError("rfa gated=True is the causal (recurrent) variant: it needs causal=True")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """H·(F·D + F), F = 2M (sin and cos of ``nb_features`` frequencies): S = Σ φ(k) vᵀ and z = Σ φ(k)
+    per head (gated: the same S and z, decayed in place by g_t)."""
+    del length
+    features = 2 * self.nb_features
+    return num_heads * (features * head_dim + features)
+
 
 def fourier_features(x: jax.Array, projection: jax.Array) -> jax.Array:
   """``M^{-1/2}[sin(W x̂), cos(W x̂)]`` [B, L, H, 2M] of x [B, L, H, D]; projection [H, M, D]."""

@@ -81,6 +81,8 @@ class RoutingConfig(AttentionConfig):
 
   paper_name = None  # not in the LRA tables
   ignores = ("key",)  # shared QK: the keys are the (normalised) queries
+  no_causal_form = ("its balanced top-W windows depend on the scores of future tokens, so the future "
+                    "changes past outputs")
 
   def __post_init__(self):
     if self.num_clusters is not None and self.num_clusters < 1:

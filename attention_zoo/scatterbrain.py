@@ -71,6 +71,8 @@ class ScatterbrainConfig(AttentionConfig):
   """
 
   family = "kernel"
+  no_causal_form = ("not implemented (it needs causal prefix sums with a separate normaliser and a "
+                    "causal-safe stabiliser)")
   local_context: int = 64
   nb_features: int = 256
   orthogonal: bool = True

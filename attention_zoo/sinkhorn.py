@@ -111,6 +111,20 @@ class SinkhornConfig(AttentionConfig):
     if self.temperature <= 0:
       raise ValueError("sinkhorn temperature must be > 0")
 
+  @property
+  def no_causal_form(self) -> str | None:  # type: ignore[override]
+    if self.sort_activation == "softmax" and self.grouping == "contiguous" and not self.lra_noop_sort:
+      return None
+    return ("causal sinkhorn needs sort_activation='softmax' (Sinkhorn column normalisation mixes later "
+            "blocks), grouping='contiguous' (strided blocks mix past and future) and lra_noop_sort=False")
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int | None:
+    """2·H·D·L: a later query block mixes the keys/values of every earlier block with weights P that
+    depend on its own first key, so none can be summarised in advance; None without a causal form."""
+    if self.no_causal_form:
+      return None
+    return 2 * num_heads * head_dim * length
+
 
 def group(x: jax.Array, size: int, grouping: str) -> jax.Array:
   """[B, N·S, ...] -> [B, N, S, ...]: contiguous blocks, or strided (block n = positions n + N·s)."""

@@ -62,6 +62,10 @@ class KernelizedConfig(AttentionConfig):
   family = "kernel"
   rows_sum_to_one = False
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """2·H·D·L: an exact Gaussian kernel (no finite feature map), so every past key and value."""
+    return 2 * num_heads * head_dim * length
+
 
 @dataclasses.dataclass(frozen=True)
 class SkyformerConfig(AttentionConfig):
@@ -79,6 +83,7 @@ class SkyformerConfig(AttentionConfig):
   family = "kernel"
   nonnegative = False
   rows_sum_to_one = False
+  no_causal_form = "its landmarks and their inverse mix all positions"
 
   nb_features: int = 128
   ridge: float = 0.1

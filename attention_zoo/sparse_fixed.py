@@ -66,7 +66,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_zoo import _blocks, _common
-from attention_zoo.registry import AttentionConfig, register_attention
+from attention_zoo.registry import AttentionConfig, peak_over_prefixes, register_attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +94,19 @@ class SparseFixedConfig(AttentionConfig):
     if self.summary is not None and self.summary < 0:
       raise ValueError("sparse_fixed summary must be >= 0")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """2·H·D·(the most over t ≤ L of ⌊t/l⌋·k + t mod l): the k summary columns of every finished block
+    (l − c .. l − 1, and 0 with ``first_column``), which every later query reads, plus the current
+    block's past positions; ``cls_token`` adds the CLS key/value (position 0, read by every query; the
+    CLS query itself sees the future, as in LRA) and runs the pattern on the other L − 1 positions."""
+    rest = length - 1 if self.cls_token else length
+    if rest <= 0:
+      return 2 * num_heads * head_dim * max(length, 0)
+    block, summary = pattern_sizes(rest, self.block_len, self.summary)
+    kept = len(summary_offsets(block, summary, self.first_column))
+    past = peak_over_prefixes(rest, block, lambda t: t // block * kept + t % block)
+    return 2 * num_heads * head_dim * (past + (1 if self.cls_token else 0))
+
 
 @dataclasses.dataclass(frozen=True)
 class SparseStridedConfig(AttentionConfig):
@@ -110,6 +123,11 @@ class SparseStridedConfig(AttentionConfig):
   def __post_init__(self):
     if self.block_len is not None and self.block_len < 1:
       raise ValueError("sparse_strided block_len must be >= 1")
+
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """2·H·D·L: the stride part reads j from every later i ≡ j (mod l), so no past key or value
+    expires (the band alone would need only l)."""
+    return 2 * num_heads * head_dim * length
 
   def support(self, length: int) -> np.ndarray:
     """The strided pattern at the length-derived l (no padding)."""

@@ -83,6 +83,11 @@ class SynthesizerConfig(AttentionConfig):
     if self.k < 1 or (self.hidden is not None and self.hidden < 1):
       raise ValueError("synthesizer k and hidden must be >= 1")
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """(2 with the dot product, else 1)·H·D·L: every past value, and every past key only for Q Kᵀ (the
+    synthetic logits come from parameters and the query)."""
+    return (1 if self.ignore_dot_product else 2) * num_heads * head_dim * length
+
   def support(self, length: int) -> np.ndarray:
     """bool [L, L]: every pair (j ≤ i when causal)."""
     full = np.ones((length, length), bool)

@@ -30,6 +30,10 @@ class VanillaConfig(AttentionConfig):
 
   family = "exact"
 
+  def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
+    """2·H·D·L: the keys and values of every past position (the KV cache)."""
+    return 2 * num_heads * head_dim * length
+
 
 @register_attention("vanilla", VanillaConfig)
 class VanillaAttention(nn.Module):

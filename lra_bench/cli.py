@@ -50,7 +50,8 @@ LISTINGS = ("attentions", "tasks", "protocols")
 # suite flag (its argparse name) -> key of suite.run_suite(launcher_options=...): launcher.FLAGS inverted
 LAUNCHER_OPTIONS = {flag.lstrip("-"): key for key, flag in LAUNCHER_FLAGS.items()}
 PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_expression_length", "overwrite",
-                 "resolution", "contour_length", "num_images", "images_per_batch", "workers", "seed")
+                 "resolution", "contour_length", "num_images", "images_per_batch", "workers", "seed",
+                 "vocab_size", "seq_len", "num_kv_pairs", "power_a", "random_non_queries", "train_targets")
 # Loggers of libraries whose INFO lines are noise for a user (orbax logs through absl's logger).
 CHATTY_LOGGERS = ("absl", "orbax", "tensorstore", "tensorflow", "tensorflow_datasets", "jax")
 # Config keys a command sets from its own flags: a --set of one of them would contradict the flag (the
@@ -275,6 +276,23 @@ def _add_list(commands, common) -> None:
   p.add_argument("what", nargs="?", help=f"one listing only: {', '.join(LISTINGS)}")
 
 
+def _positive_float(text: str) -> float:
+  try:
+    value = float(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+  if not value > 0 or value == float("inf"):
+    raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+  return value
+
+
+def _truth(text: str) -> bool:
+  words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+  if text.lower() not in words:
+    raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
+  return words[text.lower()]
+
+
 def _prepare_type(option: str) -> Callable[[str], int]:
   """The type of a ``data prepare`` count flag: its range in ``tasks.base.PREPARE_RANGES``."""
   return int_at_least(*PREPARE_RANGES[option])
@@ -307,6 +325,16 @@ def _add_data(commands, common) -> None:
                  help="Pathfinder: images per imgs/<batch> folder")
   p.add_argument("--workers", type=_prepare_type("workers"), help="Pathfinder: generator processes (default: "
                  "all cores)")
+  p.add_argument("--vocab_size", type=_prepare_type("vocab_size"), help="recall tasks: the original's "
+                 "vocabulary (MQAR 8192; the tokens get ids + 1, 0 is padding)")
+  p.add_argument("--seq_len", type=_prepare_type("seq_len"), help="recall tasks: sequence length")
+  p.add_argument("--num_kv_pairs", type=_prepare_type("num_kv_pairs"), help="MQAR: key-value pairs (queries) "
+                 "per example")
+  p.add_argument("--power_a", type=_positive_float, help="MQAR: the query gaps' power law exponent a (0.01)")
+  p.add_argument("--random_non_queries", type=_truth, metavar="True|False",
+                 help="MQAR: fillers drawn uniformly from the vocabulary instead of 0")
+  p.add_argument("--train_targets", choices=("all", "last"), help="assoc_recall, induction_head: labels of "
+                 "the training split (all next tokens, the original; or the answer only)")
   p = _command(data, "download", "download and unpack the official LRA release tarball", _download, common)
   p.add_argument("what", choices=("lra-release",), help="what to download")
   _add_data_dir(p, output_dir)
@@ -347,6 +375,10 @@ def _add_suite(commands, common) -> None:
   p.add_argument("--results_dir", type=output_dir, required=True, help="records (results.jsonl), runs, locks")
   _add_data_dir(p)
   _add_overrides(p, "every cell")
+  p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                 help="repeatable: every cell once per value (all combinations of several --sweep); adds "
+                      "to or replaces the protocol's own sweep of that key (the recall protocols sweep "
+                      "optimizer.learning_rate); a --set of the key fixes it instead")
   p.add_argument("--isolate", action=BoolFlag, default=False, help="run each cell in a fresh subprocess")
   p.add_argument("--retry_failed", action=BoolFlag, default=True, help="rerun cells whose last record is "
                  "'failed' (--noretry_failed leaves them)")
@@ -521,16 +553,27 @@ def _prepare(args: argparse.Namespace) -> str:
     if name not in taken:
       takes = f"its flags: {', '.join('--' + n for n in taken)}" if taken else "it takes none of these flags"
       raise UsageError(f"data prepare {args.task}: --{name} does not apply to {args.task}; {takes}")
-  options = config.load_config(args.protocol, args.task).data.prepare.to_dict() if args.protocol else {}
-  options.update({name: getattr(args, name) for name in given})
-  config.validate_prepare(options)  # the merged options: each flag passed alone, not all together
-  if "name" in options:
-    tasks.base.check_name(args.task, options["name"])  # before anything is logged or written
-  logging.info("preparing %s in %s with %s", args.task, _data_dir(args), options or "defaults")
-  try:
-    return task.prepare(_data_dir(args), **options)
-  except TypeError as err:  # an option this task does not take
-    raise ConfigError(f"data prepare {args.task}: {err}") from None
+  presets = [{}]
+  if args.protocol:  # the protocol's data, and that of every point of its sweep that changes the data
+    from lra_bench.experiments import suite
+
+    presets = []
+    for sets, _ in suite.sweep_variants(args.protocol, args.task, {}, ()):
+      preset = config.load_config(args.protocol, args.task, sets).data.prepare.to_dict()
+      if preset not in presets:
+        presets.append(preset)
+  paths = []
+  for options in presets:
+    options.update({name: getattr(args, name) for name in given})
+    config.validate_prepare(options)  # the merged options: each flag passed alone, not all together
+    if "name" in options:
+      tasks.base.check_name(args.task, options["name"])  # before anything is logged or written
+    logging.info("preparing %s in %s with %s", args.task, _data_dir(args), options or "defaults")
+    try:
+      paths.append(task.prepare(_data_dir(args), **options))
+    except TypeError as err:  # an option this task does not take
+      raise ConfigError(f"data prepare {args.task}: {err}") from None
+  return "\n".join(dict.fromkeys(paths))
 
 
 def _download(args: argparse.Namespace) -> str:
@@ -578,7 +621,7 @@ def _suite(args: argparse.Namespace) -> int:
   summary = suite.run_suite(args.protocol, args.tasks, args.attentions, args.seeds,
                             results_dir=args.results_dir, data_dir=_data_dir(args), overrides=args.set,
                             isolate=args.isolate, retry_failed=args.retry_failed,
-                            **_launcher_kwargs(args))
+                            sweeps=suite.parse_sweeps(args.sweep), **_launcher_kwargs(args))
   print("\n".join(summary.lines()))
   return summary.exit_code()  # 1: a cell failed or was left unfinished (CI sees it)
 

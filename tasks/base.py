@@ -4,6 +4,18 @@ A task knows how to make or find its data (``prepare``) and how to read one spli
 examples (``examples``); batching them is shared (``batched``). Batches are dicts:
 ``{"inputs": int32[B, T], "targets": int32[B]}`` or, for dual-input tasks,
 ``{"inputs1", "inputs2", "targets"}``; pad id is 0.
+
+A task's ``objective`` says what is predicted:
+
+- ``"classification"`` (the LRA tasks): one label per example, ``targets: int32[B]`` in
+  ``[0, num_classes)``; the encoder is pooled and classified.
+- ``"next_token"`` (the recall tasks): labels at chosen positions of one causal sequence. Batches are
+  ``{"inputs": int32[B, T], "positions": int32[B, Q], "targets": int32[B, Q]}``: ``targets[b, q]`` is
+  the token to predict at position ``positions[b, q]`` from ``inputs[b, :positions[b, q] + 1]`` (the
+  model is causal), ``-1`` marks an unused query slot (ignored by the loss and the accuracy). The output
+  layer is evaluated at those positions only (at a vocabulary of 8192 it would otherwise be most of the
+  compute). ``Q`` may differ between splits (e.g. every position in training, the last in testing).
+  The vocabulary is the data's: ``Examples.vocab_size``.
 """
 
 from __future__ import annotations
@@ -19,6 +31,8 @@ import numpy as np
 
 SPLITS = ("train", "validation", "test")
 INPUT_KINDS = ("tokens", "pixels")
+OBJECTIVES = ("classification", "next_token")
+IGNORE = -1  # a next-token target slot without a label
 # Pixel tasks feed intensity tokens pixel + 1 (1..256), so that 0 stays the padding id and black pixels
 # are attended to (the original LRA masked every black pixel as padding: `inputs > 0`).
 PIXEL_VOCAB = 257
@@ -41,12 +55,15 @@ class Examples:
     num_examples: how many examples the split holds.
     num_truncated: how many were longer than ``max_length`` and were truncated.
     source: the file or folder they came from (for logs and result records).
+    vocab_size: the token vocabulary of this data, padding id 0 included, where the data decides it
+      (the recall tasks' generators take it as an option); None: the task's ``vocab_size``.
   """
 
   dataset: Any
   num_examples: int
   num_truncated: int
   source: str
+  vocab_size: int | None = None
 
 
 DATA_EXTRA_HINT = "install it with: pip install 'lra-bench[data]' (tensorflow-cpu, tensorflow-datasets)"
@@ -101,7 +118,7 @@ MAX_SEED = 2**31 - 1  # seeds feed jax.random.PRNGKey and tf.data; both take any
 PREPARE_RANGES = {"num_train": (1, None), "num_val": (1, None), "num_test": (1, None), "num_images": (1, None),
                   "images_per_batch": (1, None), "workers": (1, None), "min_length": (0, None),
                   "max_expression_length": (2, None), "resolution": (1, None), "contour_length": (1, None),
-                  "seed": (0, MAX_SEED)}
+                  "seed": (0, MAX_SEED), "vocab_size": (3, None), "seq_len": (2, None), "num_kv_pairs": (1, None)}
 
 
 def check_count(task: str, option: str, value) -> int:
@@ -172,6 +189,7 @@ class Task:
   vocab_size: ClassVar[int]
   max_length: ClassVar[int]
   dual_input: ClassVar[bool] = False
+  objective: ClassVar[str] = "classification"   # or "next_token" (module docstring)
   pixel_inputs: ClassVar[bool] = False   # also offers float pixels (model.input_kind = "pixels")
   chance_accuracy: ClassVar[float]
 

@@ -69,4 +69,5 @@ def test_data_prepare_without_data_is_one_line(tmp_path):
 
 
 def test_every_task_is_registered():
-  assert tasks.list_tasks() == ["image", "listops", "pathfinder", "pathx", "retrieval", "text"]
+  assert tasks.list_tasks() == ["assoc_recall", "image", "induction_head", "listops", "mqar", "pathfinder",
+                                "pathx", "retrieval", "text"]

@@ -38,8 +38,8 @@ RESULTS_FILE = "results.jsonl"
 
 FIELDS = (
     "task", "attention", "attention_module", "protocol", "seed", "status", "error",
-    "test_accuracy", "test_accuracy_last", "test_examples", "best_val_accuracy", "best_step", "train_steps",
-    "num_params", "steps_per_second", "examples_per_second", "compile_seconds", "wall_seconds",
+    "test_accuracy", "test_accuracy_last", "test_examples", "test_labels", "best_val_accuracy", "best_step",
+    "train_steps", "num_params", "steps_per_second", "examples_per_second", "compile_seconds", "wall_seconds",
     "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length", "batch_size",
     "backend", "device_kind", "num_devices", "num_processes", "per_device_batch_size", "accumulate_steps",
     "precision", "versions", "git_sha", "config", "config_hash",
@@ -50,7 +50,7 @@ FIELDS = (
 REQUIRED = {"task": str, "attention": str, "protocol": str, "seed": int, "status": str}
 KINDS = ("train", "bench")
 # Optional fields read as numbers by the report (null where unknown).
-NUMBERS = ("test_accuracy", "test_accuracy_last", "test_examples", "best_val_accuracy", "best_step",
+NUMBERS = ("test_accuracy", "test_accuracy_last", "test_examples", "test_labels", "best_val_accuracy", "best_step",
            "train_steps", "num_params", "steps_per_second", "examples_per_second", "compile_seconds",
            "wall_seconds", "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length",
            "batch_size", "num_devices", "num_processes", "step_seconds_median", "step_seconds_q25",

@@ -64,10 +64,14 @@ class Cell:
   seed: int
   config: ml_collections.ConfigDict
   workdir: str
+  # the ``key=value`` overrides that make ``config`` from the preset: the sweep's values of this cell,
+  # then the suite's --set (a fresh ``train`` process rebuilds the config from them)
+  overrides: tuple[str, ...] = ()
+  variant: str = ""  # the sweep's values, short (``lr=0.001,emb_dim=64``); "" without a sweep
 
   @property
   def name(self) -> str:
-    return f"{self.task}/{self.attention}/seed{self.seed}"
+    return f"{self.task}/{self.attention}/seed{self.seed}" + (f"[{self.variant}]" if self.variant else "")
 
   def key(self) -> tuple:
     return results.run_key({"task": self.task, "attention": self.attention,
@@ -76,9 +80,63 @@ class Cell:
                             "max_length": self.config.data.max_length})
 
 
+def protocol_sweep(protocol: str, task: str) -> dict[str, list[dict[str, Any]]]:
+  """The sweep a protocol declares for ``task``: its module's ``sweep(task)``, axis name -> points, each
+  point the config values it sets (several keys move together: a recall task's length, its number of
+  keys and the model's length are one axis); ``{}`` without one."""
+  import importlib
+
+  declared = getattr(importlib.import_module(f"configs.{protocol}"), "sweep", None)
+  return {axis: [dict(point) for point in points] for axis, points in (declared(task) if declared else {}).items()}
+
+
+def parse_sweeps(items: Sequence[str] | None) -> dict[str, list[dict[str, Any]]]:
+  """``--sweep key=v1,v2`` flags -> axes {short key: [{key: text value}, ...]} (each value parsed later by
+  the key's type)."""
+  sweeps: dict[str, list[dict[str, Any]]] = {}
+  for item in items or ():
+    key, sep, values = item.partition("=")
+    key, values_list = key.strip(), [v.strip() for v in values.split(",") if v.strip()]
+    if not sep or not key or not values_list:
+      raise config_lib.ConfigError(f"--sweep {item!r} is not of the form key=value1,value2,...")
+    sweeps[_short_key(key)] = [{key: value} for value in values_list]
+  return sweeps
+
+
+def _short_key(key: str) -> str:
+  return {"optimizer.learning_rate": "lr"}.get(key, key.rpartition(".")[2])
+
+
+def sweep_variants(protocol: str, task: str, sweeps: dict[str, list[dict[str, Any]]],
+                   overrides: Sequence[str]) -> list[tuple[tuple[str, ...], str]]:
+  """(overrides, variant name) per point of the protocol's sweep for ``task`` with ``sweeps`` (``--sweep``)
+  added or replacing an axis of the same name; an axis with a key that an override (``--set``) fixes is
+  not swept. Variant names read ``axis=value`` (the value of the point's first key). One point
+  ((), "") without a sweep."""
+  import itertools
+
+  axes = {**protocol_sweep(protocol, task), **sweeps}
+  for axis, points in sweeps.items():  # a --sweep of a key replaces the protocol's axis holding it
+    keys = set(points[0])
+    axes = {name: pts for name, pts in axes.items() if name == axis or not keys & set(pts[0])}
+  fixed = {item.split("=", 1)[0].strip() for item in overrides if "=" in item}
+  axes = {name: points for name, points in axes.items() if points and not fixed & set(points[0])}
+  if not axes:
+    return [((), "")]
+  names = list(axes)
+  variants = []
+  for combo in itertools.product(*(axes[name] for name in names)):
+    sets = tuple(f"{key}={value}" for point in combo for key, value in point.items())
+    label = ",".join(f"{name}={next(iter(point.values()))}" for name, point in zip(names, combo))
+    variants.append((sets, label))
+  return variants
+
+
 def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str], seeds: Sequence[int],
-         results_dir: str, overrides: Sequence[str] = ()) -> tuple[list[Cell], list[str]]:
-  """The cells of the grid (task-major) and the tasks skipped because the protocol has no config."""
+         results_dir: str, overrides: Sequence[str] = (), sweeps: dict[str, list[dict[str, Any]]] | None = None
+         ) -> tuple[list[Cell], list[str]]:
+  """The cells of the grid (task-major; each point of the task's sweep a cell of its own) and the tasks
+  skipped because the protocol has no config."""
   cells, skipped, keys = [], [], set()
   for task in task_names:
     try:
@@ -91,18 +149,61 @@ def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str
       continue
     for attention in attention_names:
       for seed in seeds:
-        try:
-          config = config_lib.load_config(protocol, task, overrides, attention=attention, seed=seed)
-        except config_lib.ConfigError as err:
-          raise config_lib.ConfigError(f"cell {task}/{attention}/seed{seed}: {err}") from None
-        _check_grid_keys(config, protocol, task, attention, seed)
-        workdir = os.path.join(os.path.abspath(results_dir), "runs", protocol, task, attention,
-                               f"seed{seed}_{config_lib.config_hash(config)}")
-        cell = Cell(task, attention, seed, config, workdir)
-        if cell.key() not in keys:  # a name or seed given twice is one cell
-          keys.add(cell.key())
-          cells.append(cell)
+        for point, variant in sweep_variants(protocol, task, sweeps or {}, overrides):
+          cell_overrides = (*point, *overrides)
+          where = f"{task}/{attention}/seed{seed}" + (f"[{variant}]" if variant else "")
+          try:
+            config = config_lib.load_config(protocol, task, cell_overrides, attention=attention, seed=seed)
+          except config_lib.ConfigError as err:
+            raise config_lib.ConfigError(f"cell {where}: {err}") from None
+          _check_grid_keys(config, protocol, task, attention, seed)
+          workdir = os.path.join(os.path.abspath(results_dir), "runs", protocol, task, attention,
+                                 f"seed{seed}_{config_lib.config_hash(config)}")
+          cell = Cell(task, attention, seed, config, workdir, tuple(cell_overrides), variant)
+          if cell.key() not in keys:  # a name or seed given twice is one cell
+            keys.add(cell.key())
+            cells.append(cell)
   return cells, skipped
+
+
+def causal_form_problem(config: ml_collections.ConfigDict) -> str | None:
+  """Why ``config``'s attention cannot run as configured causal (its ``causal=True`` raises
+  ``NotImplementedError`` when traced at the config's shapes), else None (also when it is not causal).
+
+  Traced with ``jax.eval_shape``, never compiled: milliseconds per core.
+  """
+  kwargs = config.model.attention_kwargs.to_dict()
+  if kwargs.get("causal") is not True:
+    return None
+  import jax
+  import jax.numpy as jnp
+
+  heads = config.model.num_heads
+  shape = (1, config.data.max_length, heads, config.model.qkv_dim // heads)
+  q = jax.ShapeDtypeStruct(shape, jnp.float32)
+  mask = jax.ShapeDtypeStruct(shape[:2], jnp.bool_)
+  core = attention_zoo.create_attention(config.model.attention, **kwargs)
+  keys = {name: jax.random.PRNGKey(i) for i, name in enumerate(("params", "dropout", "attention"))}
+  try:
+    jax.eval_shape(lambda q, m: core.init(keys, q, q, q, mask=m, deterministic=True), q, mask)
+  except NotImplementedError as err:
+    return str(err).split("\n")[0]
+  return None
+
+
+def without_causal_form(cells: Sequence[Cell]) -> tuple[list[Cell], dict[str, str]]:
+  """(the cells whose attention can run causal as configured, attention -> why not for the others):
+  a next-token task's grid lists each core without a causal form once instead of failing its cells."""
+  kept, excluded, known = [], {}, {}
+  for cell in cells:
+    key = (cell.attention, config_lib.config_hash(cell.config.model), cell.config.data.max_length)
+    if key not in known:
+      known[key] = causal_form_problem(cell.config)
+    if known[key] is None:
+      kept.append(cell)
+    else:
+      excluded.setdefault(cell.attention, known[key])
+  return kept, excluded
 
 
 # Config keys the grid sets from its own flags: a --set of one would make several cells one run (two
@@ -279,7 +380,7 @@ def _run_subprocess(cell: Cell, data_dir: str, results_dir: str, force: bool,
   cmd = [sys.executable, "-m", "lra_bench", "train", f"--task={cell.task}",
          f"--attention={cell.attention}", f"--protocol={cell.config.protocol}", f"--seed={cell.seed}",
          f"--workdir={cell.workdir}", f"--data_dir={data_dir}", f"--results_dir={results_dir}",
-         *[f"--set={o}" for o in overrides], *(["--force"] if force else [])]
+         *[f"--set={o}" for o in (cell.overrides or overrides)], *(["--force"] if force else [])]
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
   with open(os.path.join(cell.workdir, "train.log"), "a") as log, _forward_sigterm() as forward:
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
@@ -337,6 +438,8 @@ class Summary:
   done_before: list[str] = dataclasses.field(default_factory=list)
   claimed_elsewhere: list[str] = dataclasses.field(default_factory=list)
   skipped_tasks: list[str] = dataclasses.field(default_factory=list)
+  # attention -> why it has no causal form (next-token tasks; its cells are not in the grid)
+  no_causal_form: dict[str, str] = dataclasses.field(default_factory=dict)
   unfinished: list[str] = dataclasses.field(default_factory=list)  # launched: no worker finished them
   queued: list[str] = dataclasses.field(default_factory=list)  # slurm: handed to the cluster, not waited for
   jobs: list[str] = dataclasses.field(default_factory=list)  # submitit job ids of the workers
@@ -369,6 +472,9 @@ class Summary:
              + (f", unfinished {len(self.unfinished)}" if self.unfinished else "") + ")"]
     if self.skipped_tasks:
       out.append("tasks without a config in this protocol (skipped): " + ", ".join(self.skipped_tasks))
+    if self.no_causal_form:
+      out.append(f"no causal form (not run on next-token tasks, {len(self.no_causal_form)}): "
+                 + name_list(sorted(self.no_causal_form)))
     for status in ("failed", "oom"):  # cells to act on one by one: their names
       if self.statuses().get(status):
         out.append(f"{status}: " + name_list(self.statuses()[status]))
@@ -494,7 +600,8 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
               seeds: str | Sequence[int] = (0,), *, results_dir: str, data_dir: str,
               overrides: Sequence[str] = (), isolate: bool = False, retry_failed: bool = True,
               progress: bool = True, launcher: str = "inprocess",
-              launcher_options: dict[str, Any] | None = None) -> Summary:
+              launcher_options: dict[str, Any] | None = None,
+              sweeps: dict[str, list[dict[str, Any]]] | None = None) -> Summary:
   """Runs every cell of the grid that is not done yet (see the module docstring).
 
   ``launcher``: "inprocess" (this process), "local" (submitit local workers) or "slurm" (a submitit
@@ -508,7 +615,8 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
   start = time.perf_counter()
   task_names = parse_names(tasks, tasks_lib.list_tasks(), "task")
   attention_names = parse_names(attentions, attention_zoo.list_attentions(), "attention")
-  cells, skipped = plan(protocol, task_names, attention_names, parse_ints(seeds), results_dir, overrides)
+  cells, skipped = plan(protocol, task_names, attention_names, parse_ints(seeds), results_dir, overrides, sweeps)
+  cells, no_causal = without_causal_form(cells)
   retry = ("no_data", "failed") if retry_failed else ("no_data",)
 
   def pending(cell: Cell, records) -> bool:
@@ -535,6 +643,7 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
       bar.close()
   summary.done_before = done_before + summary.done_before
   summary.skipped_tasks = skipped
+  summary.no_causal_form = no_causal
   if not summary.queued:
     best = final_records(cells, results.load_records(results_dir))
     summary.final = final_statuses(best)

@@ -21,7 +21,7 @@ import numpy as np
 
 import attention_zoo
 from lra_bench.experiments import results
-from lra_bench.report import plots, viz
+from lra_bench.report import plots, recall, viz
 from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
 from lra_bench.report.efficiency import EfficiencyGroup, efficiency_groups, family_order, scaling_series
 from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, TASK_TITLES, load_followups,
@@ -121,9 +121,11 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
   os.makedirs(out_dir, exist_ok=True)
   out = _Out(out_dir)
   train_records = [r for r in records if r.get("kind", "train") == "train"]
+  recall_records = [r for r in train_records if recall.is_recall(r.get("task", ""))]
+  train_records = [r for r in train_records if not recall.is_recall(r.get("task", ""))]
   bench_only = bool(records) and not train_records and not protocols
   # An empty results dir still shows the smoke table ("no data" cells with the commands that fill
-  # them); a benchmark-only dir gets no accuracy section at all.
+  # them); a benchmark-only (or recall-only) dir gets no LRA accuracy section at all.
   protocols = [] if bench_only else _protocol_order(
       protocols or [r["protocol"] for r in train_records] or ["smoke"])
   out.index = ["# lra-bench report", "",
@@ -138,6 +140,7 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                *_environment(records), ""]
   accuracy_reports = [_accuracy_section(out, accuracy_report(records, p, reference_acc, results_dir))
                       for p in protocols]
+  _recall_sections(out, recall_records, reference_dir)
   if protocols:
     _followups_section(out, load_followups(reference_dir))
   groups = efficiency_groups(records, reference_eff)
@@ -180,6 +183,38 @@ def _accuracy_section(out: _Out, rep: AccuracyReport) -> AccuracyReport:
              f"interval, difference from vanilla, reference, delta), [{out.rel(stem)}.tex]({out.rel(stem)}.tex)."]
   out.section(stem, md)
   return rep
+
+
+def _recall_sections(out: _Out, records: Sequence[dict], reference_dir: str | None) -> None:
+  """One section per protocol with recall records: its tables (one per task) and two figures."""
+  frame = recall.recall_frame(records)
+  if frame.empty:
+    return
+  reference = recall.load_reference(reference_dir)
+  for protocol in _protocol_order(frame["protocol"].unique()):
+    rep = recall.recall_tables(frame, protocol, reference)
+    stem = os.path.join(out.directory, f"recall_{protocol}")
+    rep.frame.to_csv(stem + "_runs.csv", index=False)
+    rep.best.to_csv(stem + ".csv", index=False)
+    out.written += [stem + "_runs.csv", stem + ".csv"]
+    out.write(stem + ".tex", "".join(t.to_latex() for t in rep.tables))
+    md = [f"## Recall — protocol `{protocol}`", ""]
+    for table in rep.tables:
+      md += [table.to_markdown(), ""]
+    figure = recall.state_size_figure(rep.best, f"Recall vs causal state ({protocol}): best run per attention",
+                                      stem + "_state_size")
+    if figure:
+      out.written += figure
+      md += [f"![recall vs state size]({out.rel(figure[0])})", ""]
+    figure = recall.width_figure(rep.best, f"Recall vs width ({protocol}): best over learning rates",
+                                 stem + "_width")
+    if figure:
+      out.written += figure
+      md += [f"![recall vs width]({out.rel(figure[0])})", ""]
+    md += [f"Files: [{out.rel(stem)}.csv]({out.rel(stem)}.csv) (best of each sweep, Wilson interval, state "
+           f"size), [{out.rel(stem)}_runs.csv]({out.rel(stem)}_runs.csv) (every run), "
+           f"[{out.rel(stem)}.tex]({out.rel(stem)}.tex)."]
+    out.section(stem, md)
 
 
 def _followups_section(out: _Out, followups) -> None:

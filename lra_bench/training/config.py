@@ -188,6 +188,8 @@ NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
     ("model.mlp_dim", INT, 1, None, ">= 1"),
     ("model.dropout_rate", FLOAT, 0.0, 1.0, "in [0, 1)"),
     ("model.attention_dropout_rate", FLOAT, 0.0, 1.0, "in [0, 1)"),
+    ("model.embed_dropout_rate", FLOAT, 0.0, 1.0, "in [0, 1)"),      # optional (next-token models)
+    ("model.embed_init_std", FLOAT, 0.0, None, "> 0"),               # optional (next-token models)
     ("data.max_length", INT, 1, None, ">= 1"),
     ("data.shuffle_buffer", INT, 1, None, ">= 1"),
     ("optimizer.learning_rate", FLOAT, 0.0, None, "> 0"),
@@ -200,8 +202,11 @@ NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
     ("optimizer.grad_clip_norm", FLOAT, 0.0, None, ">= 0 (0 = no clipping)"),
 )
 # Bounds that are not allowed themselves: learning_rate > 0, eps > 0, rates and betas < 1.
-_OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps"}
-_OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "optimizer.b1", "optimizer.b2"}
+_OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps", "model.embed_init_std"}
+_OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "model.embed_dropout_rate", "optimizer.b1",
+              "optimizer.b2"}
+# Optional switches of the model (next-token models; absent from the LRA protocols' configs).
+BOOL_KEYS = ("model.mlp", "model.tie_embeddings")
 # data.options values that are counts: 0 = no limit
 OPTION_RANGES = {"limit": (0, None), "contour_length": (1, None), "split_seed": (0, MAX_SEED)}
 
@@ -285,9 +290,30 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.model.qkv_dim % config.model.num_heads:
     raise ConfigError(f"model.qkv_dim={config.model.qkv_dim} is not allowed with model.num_heads="
                       f"{config.model.num_heads}; expected a multiple of num_heads")
+  for key in BOOL_KEYS:
+    present, value = _lookup(config, key)
+    if present and not isinstance(value, bool):
+      fail(key, value, "True or False")
   _validate_names(config)
   _validate_data(config)
   _validate_attention(config)
+  _validate_objective(config)
+
+
+def _validate_objective(config: ml_collections.ConfigDict) -> None:
+  """A next-token task needs a causal model over token inputs without a prepended CLS vector (its label
+  positions index the inputs)."""
+  task = tasks_lib.get_task(config.task)
+  if task.objective != "next_token":
+    return
+  if config.model.attention_kwargs.get("causal") is not True:
+    fail("model.attention_kwargs.causal", config.model.attention_kwargs.get("causal"),
+         f"True: task {config.task!r} predicts the next token, so the attention must be causal")
+  if config.model.pooling == "CLS":
+    fail("model.pooling", "CLS", f"MEAN, SUM or MAX (unused): task {config.task!r} reads the outputs at its "
+         "label positions, and a prepended CLS vector would shift them")
+  if config.model.input_kind != "tokens":
+    fail("model.input_kind", config.model.input_kind, f"'tokens' for task {config.task!r}")
 
 
 def _validate_attention(config: ml_collections.ConfigDict) -> None:

@@ -93,6 +93,8 @@ class EncoderBlock(nn.Module):
     y = MultiHeadAttention(c.num_heads, c.qkv_dim, c.attention, c.attention_kwargs,
                            c.attention_dropout_rate, self.dtype)(y, mask, deterministic)
     x = x + nn.Dropout(c.dropout_rate)(y, deterministic=deterministic)
+    if not c.get("mlp", True):  # attention-only blocks (Zoology's recall models: an Identity state mixer)
+      return x
     y = nn.LayerNorm(dtype=self.dtype)(x)
     y = nn.Dense(c.mlp_dim, dtype=self.dtype)(y)
     y = nn.Dropout(c.dropout_rate)(nn.gelu(y), deterministic=deterministic)
@@ -111,6 +113,7 @@ class Encoder(nn.Module):
   config: Any
   vocab_size: int
   dtype: Any = jnp.float32
+  embed: nn.Module | None = None  # a shared embedding (a language model's tied output layer); else its own
 
   @nn.compact
   def __call__(self, inputs, deterministic: bool):
@@ -122,8 +125,10 @@ class Encoder(nn.Module):
       if not jnp.issubdtype(inputs.dtype, jnp.integer):
         raise TypeError(f"model.input_kind='tokens' needs integer inputs, got {inputs.dtype}")
       mask = inputs > 0
-      x = nn.Embed(self.vocab_size, c.emb_dim, embedding_init=nn.initializers.normal(1.0),
-                   name="embed")(inputs).astype(self.dtype)
+      embed = self.embed if self.embed is not None else nn.Embed(
+          self.vocab_size, c.emb_dim, name="embed",
+          embedding_init=nn.initializers.normal(c.get("embed_init_std", 1.0)))
+      x = embed(inputs).astype(self.dtype)
     if c.pooling == "CLS":
       cls = self.param("cls", nn.initializers.zeros, (1, 1, c.emb_dim))
       x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, c.emb_dim)).astype(self.dtype), x], 1)
@@ -135,7 +140,7 @@ class Encoder(nn.Module):
       x = x + self.param("positions", nn.initializers.normal(0.02), (1, length, c.emb_dim)).astype(self.dtype)
     elif c.positions != "none":
       raise ValueError(f"unknown positions {c.positions!r}; expected one of {POSITIONS}")
-    x = nn.Dropout(c.dropout_rate)(x, deterministic=deterministic)
+    x = nn.Dropout(c.get("embed_dropout_rate", c.dropout_rate))(x, deterministic=deterministic)
     for i in range(c.num_layers):
       x = EncoderBlock(c, self.dtype, name=f"block_{i}")(x, mask, deterministic)
     return nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x), mask
@@ -176,3 +181,32 @@ class Classifier(nn.Module):
       features = pool(*encoder(batch["inputs"], deterministic), c.pooling)
     hidden = nn.relu(nn.Dense(c.mlp_dim, dtype=self.dtype, name="head_hidden")(features))
     return nn.Dense(self.num_classes, dtype=self.dtype, name="head_out")(hidden).astype(jnp.float32)
+
+
+class LanguageModel(nn.Module):
+  """The next-token model of the recall tasks (``tasks.base``: objective ``"next_token"``).
+
+  The same encoder, its attention cores causal (``model.attention_kwargs.causal = True``, required by
+  ``config.validate``), then the vocabulary layer evaluated only at ``batch["positions"]`` [B, Q] ->
+  logits [B, Q, V] (float32). ``model.tie_embeddings``: the output layer is the input embedding's
+  transpose (Zoology's tied LM head), else a Dense layer with bias. Optional model keys (absent from
+  the LRA protocols' configs, so their configs and hashes are unchanged): ``mlp`` (False: attention-only
+  blocks), ``embed_init_std`` (1.0, LRA's N(0, 1); Zoology 0.02), ``embed_dropout_rate`` (default
+  ``dropout_rate``), ``tie_embeddings`` (False).
+  """
+
+  config: Any
+  vocab_size: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, batch: Mapping[str, jax.Array], *, deterministic: bool = True):
+    c = self.config
+    embed = nn.Embed(self.vocab_size, c.emb_dim, name="embed",
+                     embedding_init=nn.initializers.normal(c.get("embed_init_std", 1.0)))
+    x, _ = Encoder(c, self.vocab_size, self.dtype, embed=embed, name="encoder")(batch["inputs"], deterministic)
+    positions = jnp.clip(batch["positions"], 0, x.shape[1] - 1)
+    h = jnp.take_along_axis(x, positions[..., None], axis=1)              # [B, Q, E]
+    if c.get("tie_embeddings", False):
+      return embed.attend(h.astype(jnp.float32)).astype(jnp.float32)
+    return nn.Dense(self.vocab_size, dtype=self.dtype, name="lm_head")(h).astype(jnp.float32)

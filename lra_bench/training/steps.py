@@ -42,6 +42,29 @@ def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
   return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
 
 
+def labelled(targets: jax.Array) -> jax.Array:
+  """float32 1 where ``targets`` holds a label: every example of a classification batch ([B]); the
+  slots ``>= 0`` of a next-token batch ([B, Q]; ``tasks.base.IGNORE`` marks an unused slot)."""
+  return (targets >= 0).astype(jnp.float32)
+
+
+def per_label(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(cross-entropy, correct, weight) per label slot, shaped like ``targets``; unused slots weigh 0
+  (their target is replaced by 0 so the cross-entropy stays finite, then weighted out)."""
+  weight = labelled(targets)
+  safe = jnp.where(targets >= 0, targets, 0)
+  correct = (jnp.argmax(logits, -1) == safe).astype(jnp.float32)
+  return cross_entropy(logits, safe), correct, weight
+
+
+def mean_loss_and_accuracy(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Mean cross-entropy and accuracy over the labels of a batch (classification: over its examples;
+  next-token: over its labelled slots, as Zoology's token-level mean)."""
+  ce, correct, weight = per_label(logits, targets)
+  total = jnp.maximum(jnp.sum(weight), 1.0)
+  return jnp.sum(ce * weight) / total, jnp.sum(correct * weight) / total
+
+
 def with_aux_losses(loss: jax.Array, variables) -> jax.Array:
   """``loss`` plus every value sown into the ``losses`` collection of ``variables`` (summed in float32).
 
@@ -83,11 +106,11 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Modu
       logits, updated = model.apply(_variables(params, model_state), micro_batch, deterministic=False,
                                     rngs={"dropout": dropout_rng, "attention": attention_rng},
                                     mutable=mutable)
-      loss = with_aux_losses(jnp.mean(cross_entropy(logits, micro_batch["targets"])), updated)
-      return loss, (logits, {name: updated[name] for name in model_state})
+      task_loss, accuracy = mean_loss_and_accuracy(logits, micro_batch["targets"])
+      loss = with_aux_losses(task_loss, updated)
+      return loss, (accuracy, {name: updated[name] for name in model_state})
 
-    (loss, (logits, new_model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    accuracy = jnp.mean(jnp.argmax(logits, -1) == micro_batch["targets"])
+    (loss, (accuracy, new_model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     return grads, new_model_state, loss, accuracy
 
   if accumulate_steps == 1:
@@ -117,12 +140,15 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Modu
 
 
 def eval_step(params, model_state, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:
-  """Sums over the real examples of ``batch`` (``weights`` marks them): loss, correct, count."""
+  """Sums over the real examples of ``batch`` (``weights`` [B] marks them): loss, correct and count over
+  their labels (one per example in classification; the labelled slots in next-token tasks), and
+  ``examples``."""
   logits = model.apply(_variables(params, model_state), batch, deterministic=True)
   weights = batch["weights"]
-  return {"loss": jnp.sum(cross_entropy(logits, batch["targets"]) * weights),
-          "correct": jnp.sum((jnp.argmax(logits, -1) == batch["targets"]) * weights),
-          "count": jnp.sum(weights)}
+  ce, correct, weight = per_label(logits, batch["targets"])
+  weight = weight * weights.reshape(weights.shape + (1,) * (weight.ndim - 1))
+  return {"loss": jnp.sum(ce * weight), "correct": jnp.sum(correct * weight), "count": jnp.sum(weight),
+          "examples": jnp.sum(weights)}
 
 
 def compute_dtype(config: ml_collections.ConfigDict):
@@ -130,8 +156,14 @@ def compute_dtype(config: ml_collections.ConfigDict):
   return jnp.dtype(config.precision)
 
 
-def create_model(config: ml_collections.ConfigDict, task: tasks_lib.Task) -> models.Classifier:
-  return models.Classifier(config.model, task.vocab_size, task.num_classes, task.dual_input,
+def create_model(config: ml_collections.ConfigDict, task: tasks_lib.Task,
+                 vocab_size: int | None = None) -> nn.Module:
+  """The task's model: ``Classifier`` (classification) or ``LanguageModel`` (next-token); ``vocab_size``
+  is the data's (``Examples.vocab_size``) where the data decides it, else the task's."""
+  vocab_size = vocab_size or task.vocab_size
+  if task.objective == "next_token":
+    return models.LanguageModel(config.model, vocab_size, dtype=compute_dtype(config))
+  return models.Classifier(config.model, vocab_size, task.num_classes, task.dual_input,
                            dtype=compute_dtype(config))
 
 

@@ -1,0 +1,262 @@
+"""The recall section of the report: next-token tasks (MQAR, associative recall, induction heads).
+
+One table per protocol and task: a row per attention, a column per setting (length, key-value pairs,
+width), each cell the best test accuracy over the protocol's learning-rate sweep (the recall protocols
+report the best run; SSMs solve these tasks only in a narrow window of rates), its 95 % Wilson interval
+over the labelled test positions and how many runs were tried. The published value of the same cell
+(``reports/reference/recall_accuracy.csv``, with its source and protocol) sits beside it. Two figures:
+accuracy against the recurrent state a causal model keeps (the Based paper's trade-off) and against the
+width per length (Zoology's Fig. 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Sequence
+
+import pandas as pd
+
+import attention_zoo
+import tasks as tasks_lib
+from lra_bench.report.accuracy import wilson_interval
+from lra_bench.report.tables import Table
+
+REFERENCE_FILE = "recall_accuracy.csv"
+# The published rows name models; ours name attention cores. Only the exact Transformer has both.
+PUBLISHED_ATTENTION = {"Transformer": "vanilla", "Attention": "vanilla"}
+
+
+def is_recall(task: str) -> bool:
+  """Whether ``task`` is a next-token (recall) task (unknown task names are not)."""
+  try:
+    return tasks_lib.get_task(task).objective == "next_token"
+  except ValueError:
+    return False
+
+
+def _get(config: dict, dotted: str):
+  node = config
+  for part in dotted.split("."):
+    if not isinstance(node, dict) or part not in node:
+      return None
+    node = node[part]
+  return node
+
+
+def state_size(attention: str, config: dict) -> tuple[int | None, str]:
+  """(scalars of causal state per layer and example at the run's length and width, why not when None)."""
+  function = getattr(attention_zoo, "state_size", None)
+  if function is None:
+    return None, "state sizes not available"
+  heads = _get(config, "model.num_heads") or 1
+  width = _get(config, "model.qkv_dim") or 0
+  kwargs = {k: v for k, v in (_get(config, "model.attention_kwargs") or {}).items() if k != "causal"}
+  try:
+    return function(attention, int(_get(config, "data.max_length")), int(heads), int(width) // int(heads),
+                    **kwargs)
+  except (ValueError, TypeError) as err:
+    return None, str(err)
+
+
+def recall_frame(records: Sequence[dict]) -> pd.DataFrame:
+  """One row per finished (``ok``) run of a recall task: its setting, learning rate and accuracy."""
+  rows = []
+  for r in records:
+    if r.get("kind", "train") != "train" or r.get("status") != "ok" or not is_recall(r.get("task", "")):
+      continue
+    config = r.get("config") or {}
+    labels = r.get("test_labels") or r.get("test_examples")
+    size, why = state_size(r["attention"], config)
+    rows.append({"protocol": r["protocol"], "task": r["task"], "attention": r["attention"], "seed": r["seed"],
+                 "seq_len": _get(config, "data.max_length"), "kv": _get(config, "data.prepare.num_kv_pairs"),
+                 "d_model": _get(config, "model.emb_dim"), "lr": _get(config, "optimizer.learning_rate"),
+                 "accuracy": 100.0 * float(r["test_accuracy"]), "labels": labels,
+                 "train_steps": r.get("train_steps"), "wall_seconds": r.get("wall_seconds"),
+                 "state_size": size, "state_note": why, "config_hash": r.get("config_hash")})
+  return pd.DataFrame(rows, columns=["protocol", "task", "attention", "seed", "seq_len", "kv", "d_model", "lr",
+                                     "accuracy", "labels", "train_steps", "wall_seconds", "state_size",
+                                     "state_note", "config_hash"])
+
+
+SETTING = ["protocol", "task", "seq_len", "kv", "d_model", "attention"]
+
+
+def best_of_sweep(frame: pd.DataFrame) -> pd.DataFrame:
+  """Per setting and attention: the best accuracy over the swept learning rates (per seed, then the mean
+  over seeds), the learning rate that gave it (seed 0's or the first seed's), and how many runs."""
+  if frame.empty:
+    return frame.assign(runs=[], best_lr=[], ci_low=[], ci_high=[])
+  keys = [k for k in SETTING]
+  filled = frame.assign(kv=frame["kv"].fillna(-1))
+  best_per_seed = filled.loc[filled.groupby(keys + ["seed"], dropna=False)["accuracy"].idxmax()]
+  rows = []
+  for key, group in best_per_seed.groupby(keys, dropna=False):
+    tried = filled
+    for k, v in zip(keys, key):
+      tried = tried[tried[k] == v]
+    first = group.sort_values("seed").iloc[0]
+    mean = float(group["accuracy"].mean())
+    labels = int(group["labels"].min()) if group["labels"].notna().all() else None
+    interval = wilson_interval(mean / 100.0, labels) if labels else None
+    rows.append({**dict(zip(keys, key)), "accuracy": mean, "seeds": len(group), "runs": len(tried),
+                 "best_lr": first["lr"], "labels": labels, "state_size": first["state_size"],
+                 "ci_low": None if interval is None else 100.0 * interval[0],
+                 "ci_high": None if interval is None else 100.0 * interval[1]})
+  out = pd.DataFrame(rows)
+  out["kv"] = out["kv"].where(out["kv"] != -1, None)
+  return out
+
+
+def load_reference(reference_dir: str | None) -> pd.DataFrame:
+  """The published recall accuracies (columns: source, protocol, model, task, seq_len, kv, d_model,
+  accuracy, note); empty when the file is absent."""
+  from lra_bench.report.reference import DEFAULT_REFERENCE_DIR
+
+  columns = ["source", "protocol", "model", "task", "seq_len", "kv", "d_model", "accuracy", "note"]
+  path = os.path.join(reference_dir or DEFAULT_REFERENCE_DIR, REFERENCE_FILE)
+  if not os.path.exists(path):
+    return pd.DataFrame(columns=columns)
+  return pd.read_csv(path)
+
+
+def _setting_label(seq_len, kv, d_model) -> str:
+  parts = [f"L={int(seq_len)}"]
+  if kv is not None and not (isinstance(kv, float) and math.isnan(kv)):
+    parts.append(f"kv={int(kv)}")
+  if d_model is not None:
+    parts.append(f"d={int(d_model)}")
+  return " ".join(parts)
+
+
+def _published(reference: pd.DataFrame, protocol: str, task: str, model: str, seq_len, kv, d_model) -> float | None:
+  if reference.empty:
+    return None
+  rows = reference[(reference["protocol"] == protocol) & (reference["task"] == task) & (reference["model"] == model)]
+  for column, value in (("seq_len", seq_len), ("kv", kv), ("d_model", d_model)):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+      continue
+    rows = rows[rows[column].isna() | (rows[column] == value)]
+  return float(rows["accuracy"].iloc[0]) if len(rows) else None
+
+
+@dataclasses.dataclass
+class RecallReport:
+  protocol: str
+  best: pd.DataFrame
+  tables: list[Table]
+  frame: pd.DataFrame
+
+
+def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
+                  no_causal: dict[str, str] | None = None) -> RecallReport:
+  """The protocol's tables (one per task) with the published values beside ours."""
+  mine = frame[frame["protocol"] == protocol]
+  best = best_of_sweep(mine)
+  tables = []
+  for task in sorted(best["task"].unique()) if not best.empty else []:
+    rows_of_task = best[best["task"] == task]
+    settings = (rows_of_task[["seq_len", "kv", "d_model"]].drop_duplicates()
+                .sort_values(["seq_len", "d_model"], na_position="first").itertuples(index=False))
+    settings = list(settings)
+    columns = ["Attention"] + [_setting_label(*s) for s in settings]
+    rows, bold = [], set()
+    attentions = sorted(rows_of_task["attention"].unique(), key=lambda n: (n != "vanilla", n))
+    values: dict[tuple[int, int], float] = {}
+    for i, attention in enumerate(attentions):
+      row = [attention]
+      for j, (seq_len, kv, d_model) in enumerate(settings):
+        cell = rows_of_task[(rows_of_task["attention"] == attention) & (rows_of_task["seq_len"] == seq_len)
+                            & (rows_of_task["d_model"] == d_model)
+                            & ((rows_of_task["kv"] == kv) | (rows_of_task["kv"].isna() & (kv is None)))]
+        if cell.empty:
+          row.append("—")
+          continue
+        c = cell.iloc[0]
+        interval = "" if c["ci_low"] is None or pd.isna(c["ci_low"]) else f" [{c['ci_low']:.1f}, {c['ci_high']:.1f}]"
+        row.append(f"{c['accuracy']:.1f}{interval} ({int(c['runs'])} run{'s' if c['runs'] != 1 else ''})")
+        values[i, j + 1] = float(c["accuracy"])
+      rows.append(row)
+    for j in range(1, len(columns)):  # the best of ours per setting in bold
+      column = {cell: v for cell, v in values.items() if cell[1] == j}
+      bold |= {cell for cell, v in column.items() if v == max(column.values())}
+    published_models = [] if reference.empty else sorted(
+        reference[(reference["protocol"] == protocol) & (reference["task"] == task)]["model"].unique())
+    for model in published_models:
+      values = [_published(reference, protocol, task, model, *s) for s in settings]
+      if any(v is not None for v in values):
+        ours = PUBLISHED_ATTENTION.get(model)
+        rows.append([f"published: {model}" + (f" (= {ours})" if ours else "")]
+                    + ["—" if v is None else f"{v:.1f}" for v in values])
+    footnotes = [
+        "Ours: best test accuracy (%) over the runs of the setting (the protocol's learning-rate sweep), the "
+        "mean over seeds; [95 % Wilson interval] over the labelled test positions; (runs tried); the best of "
+        "ours per setting in bold.",
+        "published: the source's value for the same setting (reports/reference/recall_accuracy.csv: source "
+        "and protocol columns); pixel reads of a figure are ±3 points."]
+    if no_causal:
+      footnotes.append("No causal form (not run on next-token tasks): " + ", ".join(sorted(no_causal)) + ".")
+    tables.append(Table(columns, rows, bold, caption=f"Recall — protocol `{protocol}`, task `{task}`",
+                        footnotes=footnotes))
+  return RecallReport(protocol, best, tables, mine)
+
+
+def state_size_figure(best: pd.DataFrame, title: str, out_stem: str) -> list[str]:
+  """Accuracy against state size (log x), one panel per (task, length), one labelled point per
+  attention (its best width) — the Based paper's trade-off."""
+  from lra_bench.report import plots
+
+  data = best.dropna(subset=["state_size"])
+  if data.empty:
+    return []
+  panels = list(data.groupby(["task", "seq_len"]).groups)
+  plt = plots.pyplot()
+  fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+  for ax, (task, seq_len) in zip(axes[0], panels):
+    part = data[(data["task"] == task) & (data["seq_len"] == seq_len)]
+    part = part.loc[part.groupby("attention")["accuracy"].idxmax()]
+    x = part["state_size"].astype(float).to_numpy()
+    y = part["accuracy"].to_numpy()
+    ax.scatter(x, y, s=22, color="tab:blue", zorder=3)
+    for xi, yi, name in zip(x, y, part["attention"]):
+      ax.annotate(name, (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    plots.set_log_axis(ax, "x", x)
+    ax.set_ylim(-2, 105)
+    ax.set_xlabel("causal state per layer (scalars, log scale)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"{task}, L = {int(seq_len)}", fontsize=10)
+    ax.grid(alpha=0.3)
+  fig.suptitle(title, fontsize=11)
+  return plots.save(fig, out_stem + ".png", out_stem + ".svg")
+
+
+def width_figure(best: pd.DataFrame, title: str, out_stem: str) -> list[str]:
+  """Accuracy against the width per length (Zoology's Fig. 2), one line per attention; only where a
+  width was swept (two or more widths)."""
+  from lra_bench.report import plots
+
+  if best.empty or best["d_model"].nunique() < 2:
+    return []
+  lengths = sorted(best["seq_len"].unique())
+  plt = plots.pyplot()
+  fig, axes = plt.subplots(1, len(lengths), figsize=(4.4 * len(lengths), 3.8), squeeze=False)
+  names = sorted(best["attention"].unique(), key=lambda n: (n != "vanilla", n))
+  colors = plots.colors(names)
+  for ax, seq_len in zip(axes[0], lengths):
+    part = best[best["seq_len"] == seq_len]
+    for name in names:
+      line = part[part["attention"] == name].sort_values("d_model")
+      if not line.empty:
+        ax.plot(line["d_model"], line["accuracy"], marker="o", ms=3, color=colors[name], label=name)
+    widths = sorted(part["d_model"].unique())
+    plots.set_log_axis(ax, "x", widths, base=2, ticks=widths)
+    ax.set_ylim(-2, 105)
+    ax.set_xlabel("model width d_model (log scale)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"L = {int(seq_len)}", fontsize=10)
+    ax.grid(alpha=0.3)
+  handles, labels = axes[0][0].get_legend_handles_labels()
+  fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+  fig.suptitle(title, fontsize=11)
+  return plots.save(fig, out_stem + ".png", out_stem + ".svg")
