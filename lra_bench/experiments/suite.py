@@ -464,6 +464,10 @@ class Summary:
       # a cell running elsewhere when passed may have its record by the end: count each cell once
       total = len({n for names in statuses.values() for n in names} | {*self.claimed_elsewhere, *self.unfinished})
       counts = ", ".join(f"{len(statuses[k])} {k}" for k in sorted(statuses, key=_status_order))
+      finished = {n for names in statuses.values() for n in names}
+      running = [n for n in self.claimed_elsewhere if n not in finished]  # no record yet: still running
+      if running:
+        counts += f"{', ' if counts else ''}{len(running)} still running in another worker"
       ran = sum(map(len, self.ran.values()))
       out = [f"suite finished in {self.seconds:.0f} s: {total} cell{'' if total == 1 else 's'}"
              + (f": {counts}" if counts else "")
