@@ -29,9 +29,14 @@ def list_tasks() -> list[str]:
   return sorted(_TASKS)
 
 
+def is_next_token(name: str) -> bool:
+  """Whether ``name`` is a registered next-token (recall) task; False for any other or unknown name."""
+  return name in _TASKS and _TASKS[name].objective == "next_token"
+
+
 for _info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
   if _info.name != "base":
     _importlib.import_module(f"{__name__}.{_info.name}")
 
 __all__ = ["SPLITS", "DataError", "Examples", "MissingDataError", "MissingDependencyError", "Task", "default_data_dir",
-           "get_task", "list_tasks", "register_task"]
+           "get_task", "is_next_token", "list_tasks", "register_task"]

@@ -27,9 +27,10 @@ from lra_bench.report.tables import Table
 
 
 def report_tasks(records: Iterable[dict]) -> list[str]:
-  """Columns: the LRA tasks in paper order (Path-X only if registered or run), then any other task."""
+  """Columns: the LRA tasks in paper order (Path-X only if registered or run), then any other
+  classification task (the next-token recall tasks have their own section: ``report.recall``)."""
   seen = {r["task"] for r in records}
-  known = set(tasks_lib.list_tasks()) | seen
+  known = {t for t in set(tasks_lib.list_tasks()) | seen if not tasks_lib.is_next_token(t)}
   columns = [t for t in TASK_ORDER[:5]] + [t for t in TASK_ORDER[5:] if t in known]
   return columns + sorted(known - set(columns))
 

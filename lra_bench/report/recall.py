@@ -28,12 +28,7 @@ REFERENCE_FILE = "recall_accuracy.csv"
 PUBLISHED_ATTENTION = {"Transformer": "vanilla", "Attention": "vanilla"}
 
 
-def is_recall(task: str) -> bool:
-  """Whether ``task`` is a next-token (recall) task (unknown task names are not)."""
-  try:
-    return tasks_lib.get_task(task).objective == "next_token"
-  except ValueError:
-    return False
+is_recall = tasks_lib.is_next_token
 
 
 def _get(config: dict, dotted: str):
