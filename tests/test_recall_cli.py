@@ -1,0 +1,49 @@
+"""``data prepare`` for the recall tasks: the flags of their options, and every data setting of a
+protocol's sweep prepared by one command."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from lra_bench import cli
+
+
+def _prepare(*argv) -> int:
+  return cli.main(cli.parse(["lra-bench", "data", "prepare", *argv]))
+
+
+def test_a_protocol_with_a_length_sweep_prepares_every_setting(tmp_path, capsys):
+  data = tmp_path / "data"
+  assert _prepare("mqar", "--protocol", "recall_cpu", f"--data_dir={data}", "--num_train", "40",
+                  "--num_val", "8", "--num_test", "8") == 0
+  folder = data / "recall"
+  metas = sorted(p for p in os.listdir(folder) if p.endswith(".json"))
+  assert metas == ["mqar-L128_kv8_n100000.json", "mqar-L64_kv4_n100000.json"]
+  meta = json.loads((folder / "mqar-L128_kv8_n100000.json").read_text())
+  assert json.dumps(meta).count("128") >= 1 and '"num_kv_pairs": 8' in json.dumps(meta)
+
+
+def test_recall_flags_reach_the_generator(tmp_path):
+  data = tmp_path / "data"
+  assert _prepare("mqar", f"--data_dir={data}", "--name", "tiny", "--num_train", "20", "--num_val", "4",
+                  "--num_test", "4", "--vocab_size", "64", "--seq_len", "32", "--num_kv_pairs", "2",
+                  "--power_a", "0.5", "--random_non_queries", "True") == 0
+  meta = json.loads((data / "recall" / "mqar-tiny.json").read_text())
+  text = json.dumps(meta)
+  for fragment in ('"vocab_size": 64', '"seq_len": 32', '"num_kv_pairs": 2', '"power_a": 0.5',
+                   '"random_non_queries": true'):
+    assert fragment in text, (fragment, text)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--power_a", "0"], "power_a"), (["--random_non_queries", "maybe"], "random_non_queries"),
+    (["--train_targets", "some"], "train_targets")])
+def test_bad_recall_flags_are_one_line(tmp_path, capsys, argv, message):
+  with pytest.raises(SystemExit) as exit_:
+    cli.parse(["lra-bench", "data", "prepare", "mqar", f"--data_dir={tmp_path}", *argv])
+  assert exit_.value.code == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and message in err
