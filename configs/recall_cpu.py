@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import lra
-from configs.zoology import VOCAB, adamw, mqar_data, recall_model
+from configs.zoology import VOCAB, adamw, mqar_data, mqar_name, protocol_config, recall_model
 
 TRAIN, TEST = 100_000, 1_000
 BATCH = 64
@@ -34,7 +33,7 @@ LEARNING_RATES = (1e-2, 2.15e-3)  # Zoology's two largest (logspace(-4, -2, 4));
 
 def mqar(c: ml_collections.ConfigDict) -> None:
   length, kv = LENGTHS[0]
-  mqar_data(c, length, kv, TRAIN, TEST, vocab=VOCAB)
+  mqar_data(c, length, kv, TRAIN, TEST, vocab=VOCAB, name=mqar_name(length, kv, "cpu_"))
   c.batch_size = BATCH
   recall_model(c, width=64, layers=2, heads=1, mlp=False)
   adamw(c, LEARNING_RATES[0], 0.1)
@@ -55,18 +54,11 @@ def sweep(task: str) -> dict[str, list[dict]]:
     return {}
   points = []
   for length, kv in LENGTHS:
-    name = f"L{length}_kv{kv}_n{TRAIN}"
+    name = mqar_name(length, kv, "cpu_")
     points.append({"data.prepare.seq_len": length, "data.prepare.num_kv_pairs": kv, "data.max_length": length,
                    "data.options.name": name, "data.prepare.name": name})
   return {"L": points, "lr": [{"optimizer.learning_rate": lr} for lr in LEARNING_RATES]}
 
 
 def get_config(task: str = "mqar") -> ml_collections.ConfigDict:
-  if task not in TASKS:
-    raise ValueError(f"protocol 'recall_cpu' has no config for task {task!r}; it has: "
-                     f"{', '.join(sorted(TASKS))}")
-  c = lra.base_config()
-  c.protocol = "recall_cpu"
-  c.task = task
-  TASKS[task](c)
-  return c
+  return protocol_config("recall_cpu", TASKS, task)

@@ -38,24 +38,9 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import lra
-from configs.zoology import adamw, epochs_to_steps, recall_model
+from configs.zoology import adamw, epochs_to_steps, protocol_config, recall_data, recall_model
 
 TRAIN, TEST = 5_000, 500
-
-
-def recall_data(c: ml_collections.ConfigDict, *, vocab: int, length: int, train: int, test: int,
-                name: str, model_length: int) -> None:
-  """``model_length``: the inputs' length (``tasks/recall.py``: assoc_recall's 2 (length // 2) + 2 tokens,
-  the pairs, ``=>`` and the query key; induction_head's length + 1, the tokens and the second trigger)."""
-  c.data.options.name = name
-  c.data.prepare.name = name
-  c.data.prepare.num_train = train
-  c.data.prepare.num_val = test
-  c.data.prepare.num_test = test
-  c.data.prepare.vocab_size = vocab
-  c.data.prepare.seq_len = length
-  c.data.max_length = model_length
 
 
 def assoc_recall(c: ml_collections.ConfigDict) -> None:
@@ -84,10 +69,4 @@ TASKS = {"assoc_recall": assoc_recall, "induction_head": induction_head}
 
 
 def get_config(task: str = "assoc_recall") -> ml_collections.ConfigDict:
-  if task not in TASKS:
-    raise ValueError(f"protocol 'seq_icl' has no config for task {task!r}; it has: {', '.join(sorted(TASKS))}")
-  c = lra.base_config()
-  c.protocol = "seq_icl"
-  c.task = task
-  TASKS[task](c)
-  return c
+  return protocol_config("seq_icl", TASKS, task)

@@ -77,20 +77,33 @@ def adamw(c: ml_collections.ConfigDict, learning_rate: float, weight_decay: floa
   c.optimizer.eps = 1e-8
 
 
-def mqar_data(c: ml_collections.ConfigDict, length: int, kv: int, train: int, test: int, *,
-              random_non_queries: bool = False, vocab: int = VOCAB) -> None:
-  name = f"L{length}_kv{kv}_n{train}"
+def mqar_name(length: int, kv: int, prefix: str = "") -> str:
+  """The data files' name of an MQAR setting (``<data_dir>/recall/mqar-<name>_*.npz``)."""
+  return f"{prefix}L{length}_kv{kv}"
+
+
+def recall_data(c: ml_collections.ConfigDict, *, vocab: int, length: int, train: int, test: int,
+                name: str, model_length: int) -> None:
+  """A recall task's data: the generator's options (validation as large as the test split) and the
+  model's input length ``model_length`` (``tasks/recall.py``: MQAR's ``length``; assoc_recall's
+  2 (length // 2) + 2 tokens, the pairs, ``=>`` and the query key; induction_head's length + 1)."""
   c.data.options.name = name
   c.data.prepare.name = name
   c.data.prepare.num_train = train
   c.data.prepare.num_val = test
   c.data.prepare.num_test = test
-  c.data.prepare.seq_len = length
-  c.data.prepare.num_kv_pairs = kv
   c.data.prepare.vocab_size = vocab
+  c.data.prepare.seq_len = length
+  c.data.max_length = model_length
+
+
+def mqar_data(c: ml_collections.ConfigDict, length: int, kv: int, train: int, test: int, *,
+              random_non_queries: bool = False, vocab: int = VOCAB, name: str | None = None) -> None:
+  recall_data(c, vocab=vocab, length=length, train=train, test=test, name=name or mqar_name(length, kv),
+              model_length=length)
+  c.data.prepare.num_kv_pairs = kv
   c.data.prepare.power_a = 0.01
   c.data.prepare.random_non_queries = random_non_queries
-  c.data.max_length = length
 
 
 def epochs_to_steps(c: ml_collections.ConfigDict, examples: int, epochs: int) -> None:
@@ -117,7 +130,7 @@ TASKS = {"mqar": mqar}
 
 
 def _length_point(length: int, kv: int, batch: int) -> dict:
-  name = f"L{length}_kv{kv}_n{TRAIN}"
+  name = mqar_name(length, kv)
   steps_per_epoch = -(-TRAIN // batch)
   return {"data.prepare.seq_len": length, "data.prepare.num_kv_pairs": kv, "data.max_length": length,
           "data.options.name": name, "data.prepare.name": name, "batch_size": batch,
@@ -134,11 +147,16 @@ def sweep(task: str) -> dict[str, list[dict]]:
           "lr": [{"optimizer.learning_rate": lr} for lr in LEARNING_RATES]}
 
 
-def get_config(task: str = "mqar") -> ml_collections.ConfigDict:
-  if task not in TASKS:
-    raise ValueError(f"protocol 'zoology' has no config for task {task!r}; it has: {', '.join(sorted(TASKS))}")
+def protocol_config(protocol: str, tasks: dict, task: str) -> ml_collections.ConfigDict:
+  """``tasks[task]`` applied to the LRA base config under ``protocol`` (the recall protocols' get_config)."""
+  if task not in tasks:
+    raise ValueError(f"protocol {protocol!r} has no config for task {task!r}; it has: {', '.join(sorted(tasks))}")
   c = lra.base_config()
-  c.protocol = "zoology"
+  c.protocol = protocol
   c.task = task
-  TASKS[task](c)
+  tasks[task](c)
   return c
+
+
+def get_config(task: str = "mqar") -> ml_collections.ConfigDict:
+  return protocol_config("zoology", TASKS, task)

@@ -464,8 +464,35 @@ class MQAR(_RecallTask):
     return options["vocab_size"] + 1
 
 
+class _SafariTask(_RecallTask):
+  """safari's single-query tasks: whole sequences, labels at every next token (training, by default) or
+  at the answer alone (validation, test)."""
+
+  unique_within_split = True
+  key_array = "sequences"
+
+  def _check_sizes(self, vocab_size: int, seq_len: int) -> None:
+    raise NotImplementedError
+
+  def _prepare_safari(self, data_dir, name, num_train, num_val, num_test, seed, vocab_size, seq_len,
+                      train_targets) -> str:
+    options = self._common(name, num_train, num_val, num_test, seed)
+    vocab_size, seq_len = (_check_int(self.name, option, value) for option, value in
+                           (("vocab_size", vocab_size), ("seq_len", seq_len)))
+    self._check_sizes(vocab_size, seq_len)
+    options.update(vocab_size=vocab_size, seq_len=seq_len,
+                   train_targets=_check_choice(self.name, "train_targets", train_targets, TRAIN_TARGETS))
+    return self._prepare(data_dir, options)
+
+  def _layout(self, drawn, split, options):
+    return lm_layout(drawn["sequences"], options["train_targets"] if split == "train" else "last")
+
+  def _vocab_size(self, options):
+    return options["vocab_size"] + 1
+
+
 @register_task
-class AssocRecall(_RecallTask):
+class AssocRecall(_SafariTask):
   """safari's (H3 / Hyena) single-query associative recall; defaults: ``configs/dataset/icl_synthetics.yaml``."""
 
   name = "assoc_recall"
@@ -473,36 +500,26 @@ class AssocRecall(_RecallTask):
   num_classes = vocab_size
   max_length = 2 * (40 // 2) + 2   # 42: the pairs, "=>" and the query key
   chance_accuracy = 1 / 9          # a uniform guess among the 9 values
-  unique_within_split = True
-  key_array = "sequences"
 
   def prepare(self, data_dir: str, *, name: str = DEFAULT_NAME, num_train: int = 5_000, num_val: int = 500,
               num_test: int = 500, seed: int = 0, vocab_size: int = 20, seq_len: int = 40,
               train_targets: str = "all") -> str:
     """Generates ``<data_dir>/recall/assoc_recall-<name>_{train,val,test}.npz`` (idempotent, atomic)."""
-    options = self._common(name, num_train, num_val, num_test, seed)
-    vocab_size, seq_len = (_check_int(self.name, option, value) for option, value in
-                           (("vocab_size", vocab_size), ("seq_len", seq_len)))
+    return self._prepare_safari(data_dir, name, num_train, num_val, num_test, seed, vocab_size, seq_len,
+                                train_targets)
+
+  def _check_sizes(self, vocab_size: int, seq_len: int) -> None:
     if vocab_size < 4:
       raise DataError(f"data prepare assoc_recall: --vocab_size is {vocab_size}; it must be >= 4 (2 special "
                       "tokens and at least one key and one value)")
-    options.update(vocab_size=vocab_size, seq_len=seq_len,
-                   train_targets=_check_choice(self.name, "train_targets", train_targets, TRAIN_TARGETS))
-    return self._prepare(data_dir, options)
 
   def _generate(self, rng, n, options):
     return {"sequences": generate_assoc_recall(rng, n, vocab_size=options["vocab_size"],
                                                seq_len=options["seq_len"])}
 
-  def _layout(self, drawn, split, options):
-    return lm_layout(drawn["sequences"], options["train_targets"] if split == "train" else "last")
-
-  def _vocab_size(self, options):
-    return options["vocab_size"] + 1
-
 
 @register_task
-class InductionHead(_RecallTask):
+class InductionHead(_SafariTask):
   """safari's induction-head task; defaults: ``configs/pipeline/induction_head.yaml``."""
 
   name = "induction_head"
@@ -510,29 +527,19 @@ class InductionHead(_RecallTask):
   num_classes = vocab_size
   max_length = 30 + 1              # the tokens and the second trigger
   chance_accuracy = 1 / 18         # a uniform guess among the 18 ordinary tokens
-  unique_within_split = True
-  key_array = "sequences"
 
   def prepare(self, data_dir: str, *, name: str = DEFAULT_NAME, num_train: int = 5_000, num_val: int = 500,
               num_test: int = 500, seed: int = 0, vocab_size: int = 20, seq_len: int = 30,
               train_targets: str = "all") -> str:
     """Generates ``<data_dir>/recall/induction_head-<name>_{train,val,test}.npz`` (idempotent, atomic)."""
-    options = self._common(name, num_train, num_val, num_test, seed)
-    vocab_size, seq_len = (_check_int(self.name, option, value) for option, value in
-                           (("vocab_size", vocab_size), ("seq_len", seq_len)))
+    return self._prepare_safari(data_dir, name, num_train, num_val, num_test, seed, vocab_size, seq_len,
+                                train_targets)
+
+  def _check_sizes(self, vocab_size: int, seq_len: int) -> None:
     if seq_len < 3:
       raise DataError(f"data prepare induction_head: --seq_len is {seq_len}; it must be >= 3 (the trigger is "
                       "drawn from [0, seq_len - 2))")
-    options.update(vocab_size=vocab_size, seq_len=seq_len,
-                   train_targets=_check_choice(self.name, "train_targets", train_targets, TRAIN_TARGETS))
-    return self._prepare(data_dir, options)
 
   def _generate(self, rng, n, options):
     return {"sequences": generate_induction_head(rng, n, vocab_size=options["vocab_size"],
                                                  seq_len=options["seq_len"])}
-
-  def _layout(self, drawn, split, options):
-    return lm_layout(drawn["sequences"], options["train_targets"] if split == "train" else "last")
-
-  def _vocab_size(self, options):
-    return options["vocab_size"] + 1

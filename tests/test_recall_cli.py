@@ -21,8 +21,8 @@ def test_a_protocol_with_a_length_sweep_prepares_every_setting(tmp_path, capsys)
                   "--num_val", "8", "--num_test", "8") == 0
   folder = data / "recall"
   metas = sorted(p for p in os.listdir(folder) if p.endswith(".json"))
-  assert metas == ["mqar-L128_kv8_n100000.json", "mqar-L64_kv4_n100000.json"]
-  meta = json.loads((folder / "mqar-L128_kv8_n100000.json").read_text())
+  assert metas == ["mqar-cpu_L128_kv8.json", "mqar-cpu_L64_kv4.json"]
+  meta = json.loads((folder / "mqar-cpu_L128_kv8.json").read_text())
   assert json.dumps(meta).count("128") >= 1 and '"num_kv_pairs": 8' in json.dumps(meta)
 
 

@@ -17,7 +17,7 @@ WIDTH = ["model.emb_dim=64", "model.qkv_dim=64"]
 
 def _record(tmp_path, attention: str, lr: float, accuracy: float, *, length: int = 64, kv: int = 4,
             labels: int = 4000, seed: int = 0) -> dict:
-  name = f"L{length}_kv{kv}_n100000"
+  name = f"L{length}_kv{kv}"
   sets = [*WIDTH, f"optimizer.learning_rate={lr}", f"data.prepare.seq_len={length}", f"data.max_length={length}",
           f"data.prepare.num_kv_pairs={kv}", f"data.options.name={name}", f"data.prepare.name={name}"]
   config = config_lib.load_config("zoology", "mqar", sets, attention=attention, seed=seed)
