@@ -76,3 +76,19 @@ def test_report_of_recall_records_has_the_recall_section_and_figures(tmp_path, r
   assert "## Recall — protocol `zoology`" in text and "## Accuracy — protocol" not in text
   assert os.path.exists(out / "recall_zoology.csv") and os.path.exists(out / "recall_zoology_state_size.png")
   assert str(out / "recall_zoology_runs.csv") in written
+
+
+def test_a_shortened_protocol_shows_the_original_protocols_published_values(tmp_path):
+  sets = ["optimizer.learning_rate=0.01"]
+  config = config_lib.load_config("recall_cpu", "mqar", sets, attention="vanilla")
+  record = results.train_record(config, "ok", workdir=str(tmp_path / "w"), data_dir=str(tmp_path / "d"),
+                                test_accuracy=0.98, test_examples=1000, test_labels=4000, train_steps=6000)
+  rep = recall.recall_tables(recall.recall_frame([record]), "recall_cpu", recall.load_reference(None))
+  rows = {row[0]: row for row in rep.tables[0].rows}
+  assert rows["published (zoology): Attention (= vanilla)"][1] == "100.0"
+  assert any("shortens `zoology`" in note for note in rep.tables[0].footnotes)
+
+
+def test_cores_without_a_causal_form_are_listed():
+  no_causal = recall.no_causal_forms()
+  assert "linformer" in no_causal and "vanilla" not in no_causal and "local" not in no_causal

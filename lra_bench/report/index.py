@@ -191,8 +191,9 @@ def _recall_sections(out: _Out, records: Sequence[dict], reference_dir: str | No
   if frame.empty:
     return
   reference = recall.load_reference(reference_dir)
+  no_causal = recall.no_causal_forms()
   for protocol in _protocol_order(frame["protocol"].unique()):
-    rep = recall.recall_tables(frame, protocol, reference)
+    rep = recall.recall_tables(frame, protocol, reference, no_causal)
     stem = os.path.join(out.directory, f"recall_{protocol}")
     rep.frame.to_csv(stem + "_runs.csv", index=False)
     rep.best.to_csv(stem + ".csv", index=False)

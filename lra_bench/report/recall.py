@@ -144,10 +144,34 @@ class RecallReport:
   frame: pd.DataFrame
 
 
+def published_protocol(protocol: str) -> str:
+  """The protocol whose published rows sit beside ``protocol``'s: its own, or the original it shortens
+  (a protocol module's ``PUBLISHED_PROTOCOL``, e.g. ``recall_cpu`` -> ``zoology``: the same data setting,
+  trained for less)."""
+  import importlib
+
+  try:
+    return getattr(importlib.import_module(f"configs.{protocol}"), "PUBLISHED_PROTOCOL", protocol)
+  except ImportError:
+    return protocol
+
+
+def no_causal_forms(names: Sequence[str] | None = None) -> dict[str, str]:
+  """attention -> why it has no causal form, over the registered attentions (or ``names``)."""
+  out = {}
+  for name in names or attention_zoo.list_attentions():
+    size, why = attention_zoo.state_size(name, 16, 1, 4)
+    if size is None and why.startswith("no causal form"):
+      out[name] = why
+  return out
+
+
 def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
                   no_causal: dict[str, str] | None = None) -> RecallReport:
-  """The protocol's tables (one per task) with the published values beside ours."""
+  """The protocol's tables (one per task) with the published values beside ours (those of the protocol it
+  shortens, ``published_protocol``, labelled with that protocol)."""
   mine = frame[frame["protocol"] == protocol]
+  source_protocol = published_protocol(protocol)
   best = best_of_sweep(mine)
   tables = []
   for task in sorted(best["task"].unique()) if not best.empty else []:
@@ -177,19 +201,22 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
       column = {cell: v for cell, v in values.items() if cell[1] == j}
       bold |= {cell for cell, v in column.items() if v == max(column.values())}
     published_models = [] if reference.empty else sorted(
-        reference[(reference["protocol"] == protocol) & (reference["task"] == task)]["model"].unique())
+        reference[(reference["protocol"] == source_protocol) & (reference["task"] == task)]["model"].unique())
+    label = "published" if source_protocol == protocol else f"published ({source_protocol})"
     for model in published_models:
-      values = [_published(reference, protocol, task, model, *s) for s in settings]
+      values = [_published(reference, source_protocol, task, model, *s) for s in settings]
       if any(v is not None for v in values):
         ours = PUBLISHED_ATTENTION.get(model)
-        rows.append([f"published: {model}" + (f" (= {ours})" if ours else "")]
+        rows.append([f"{label}: {model}" + (f" (= {ours})" if ours else "")]
                     + ["—" if v is None else f"{v:.1f}" for v in values])
     footnotes = [
         "Ours: best test accuracy (%) over the runs of the setting (the protocol's learning-rate sweep), the "
         "mean over seeds; [95 % Wilson interval] over the labelled test positions; (runs tried); the best of "
         "ours per setting in bold.",
         "published: the source's value for the same setting (reports/reference/recall_accuracy.csv: source "
-        "and protocol columns); pixel reads of a figure are ±3 points."]
+        "and protocol columns); pixel reads of a figure are ±3 points."
+        + ("" if source_protocol == protocol else
+           f" `{protocol}` shortens `{source_protocol}`'s training: the same data setting, fewer steps.")]
     if no_causal:
       footnotes.append("No causal form (not run on next-token tasks): " + ", ".join(sorted(no_causal)) + ".")
     tables.append(Table(columns, rows, bold, caption=f"Recall — protocol `{protocol}`, task `{task}`",
