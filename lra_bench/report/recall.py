@@ -16,6 +16,7 @@ import math
 import os
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 import attention_zoo
@@ -241,9 +242,14 @@ def state_size_figure(best: pd.DataFrame, title: str, out_stem: str) -> list[str
     x = part["state_size"].astype(float).to_numpy()
     y = part["accuracy"].to_numpy()
     ax.scatter(x, y, s=22, color="tab:blue", zorder=3)
-    for xi, yi, name in zip(x, y, part["attention"]):
-      ax.annotate(name, (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    plots.set_log_axis(ax, "x", x)
+    placed: list[tuple[float, float]] = []
+    for xi, yi, name in sorted(zip(x, y, part["attention"]), key=lambda p: (-p[1], p[0])):
+      # a label near an earlier one (same state, similar accuracy) goes below its point instead
+      near = any(abs(np.log(xi / px)) < 0.15 and abs(yi - py) < 6 for px, py in placed)
+      ax.annotate(name, (xi, yi), textcoords="offset points", xytext=(4, -10 if near else 3), fontsize=7)
+      placed.append((xi, yi))
+    lo, hi = float(x.min()), float(x.max())
+    plots.set_log_axis(ax, "x", x, ticks=plots.nice_log_ticks(lo / 1.3, hi * 1.3, max_ticks=5))
     ax.set_ylim(-2, 105)
     ax.set_xlabel("causal state per layer (scalars, log scale)")
     ax.set_ylabel("test accuracy (%)")
