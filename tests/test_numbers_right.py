@@ -143,7 +143,8 @@ def test_padded_rows_do_not_count():
   batches = _batches([1, 2, 0, 1, 2, 2], [1, 0, 0, 2, 1, 2], 4)  # right: examples 0, 2, 5
   right, wrong = math.log(1 + 2 * math.exp(-10)), math.log(math.exp(10) + 2)
   out = loop.evaluate(eval_fn, {}, {}, batches, 4)
-  assert out == {"accuracy": 0.5, "loss": pytest.approx((3 * right + 3 * wrong) / 6, rel=1e-6), "count": 6}
+  assert out == {"accuracy": 0.5, "loss": pytest.approx((3 * right + 3 * wrong) / 6, rel=1e-6), "count": 6,
+                 "examples": 6}
   # Multi-host form: a process whose shard ran out feeds empty batches up to the common count.
   empty = {"inputs": np.zeros((0, 2), np.int32), "targets": np.zeros((0,), np.int32)}
   assert loop.evaluate(eval_fn, {}, {}, batches, 4, num_batches=3, empty_batch=empty)["accuracy"] == 0.5
@@ -225,7 +226,7 @@ def test_test_accuracy_is_the_test_split_with_the_best_validation_parameters(lis
   sps = record["steps_per_second"]
   expected = dict(
       want, task="listops", attention="vanilla", attention_module="attention_zoo.vanilla", protocol="smoke",
-      seed=0, status="ok", error=None, test_examples=37, best_step=2, train_steps=3,
+      seed=0, status="ok", error=None, test_examples=37, test_labels=37, best_step=2, train_steps=3,
       num_params=sum(x.size for x in jax.tree.leaves(params)), steps_per_second=sps,
       examples_per_second=sps * 8, compile_seconds=0.5, peak_memory_bytes=xla_stats.peak_memory_bytes(),
       compiled_memory_bytes=analysis["compiled_memory_bytes"], flops_per_step=analysis["flops"], max_length=64,
