@@ -31,12 +31,17 @@ def _children(pid: int) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-  """Whether ``pid`` runs (a zombie nobody reaped yet has exited)."""
+  """Whether any thread of ``pid`` runs (a zombie nobody reaped yet has exited). Every thread counts: a
+  killed JAX process's main thread shows ``Z`` while its other threads still tear down and still hold the
+  process's open files (its claim's flock among them)."""
   try:
-    with open(f"/proc/{pid}/stat") as f:
-      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    for task in os.listdir(f"/proc/{pid}/task"):
+      with open(f"/proc/{pid}/task/{task}/stat") as f:
+        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+          return True
   except FileNotFoundError:
     return False
+  return False
 
 
 def _wait(condition, seconds: float) -> bool:
@@ -82,7 +87,9 @@ def test_isolated_cell_dies_with_its_suite(listops_dir, tmp_path, signum):
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=300)
     assert _wait(lambda: not _alive(child), 120), "the cell's trainer outlived its suite"
-    assert _free(results_dir, cell)  # the trainer is gone, so is the claim: a rerun races nothing
+    # the trainer is gone, so is the claim: a rerun races nothing (the kernel drops the flock when the
+    # last thread closes the files, a moment after the process shows as exited; the wait only bounds it)
+    assert _wait(lambda: _free(results_dir, cell), 60)
     if signum == signal.SIGTERM:  # forwarded: the suite waits for its cell, then exits 128 + 15
       assert proc.returncode == 143, err
       assert ("suite: terminated (SIGTERM) during cell listops/vanilla/seed0; rerun the same command to "
@@ -122,7 +129,7 @@ def test_a_child_given_the_claim_holds_it_after_the_suite_died(tmp_path):
     assert _alive(child) and not _free(results_dir, cells[0])
   finally:
     os.kill(child, signal.SIGKILL)
-  assert _wait(lambda: not _alive(child), 60) and _free(results_dir, cells[0])
+  assert _wait(lambda: not _alive(child), 60) and _wait(lambda: _free(results_dir, cells[0]), 60)
 
 
 def _suite_cli(*flags: str) -> int:
