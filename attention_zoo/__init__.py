@@ -29,8 +29,50 @@ for _info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
     _importlib.import_module(f"{__name__}.{_info.name}")
 _registry.mark_builtins_registered()
 
+from attention_zoo.mixers import (  # noqa: E402 - imported (and its mixers registered) by the loop above
+    MixerConfig,
+    create_mixer,
+    is_mixer,
+    list_mixers,
+    mixer_config,
+    register_mixer,
+)
+
+
+def layer_kind(name: str) -> str:
+  """``"mixer"`` for a registered sequence mixer, else ``"attention"`` (unknown names included: the
+  attention registry's lookup then names the error)."""
+  return "mixer" if is_mixer(name) else "attention"
+
+
+def list_layers() -> list[str]:
+  """Every registered attention core, then every sequence mixer (what ``--attentions all`` selects)."""
+  return list_attentions() + list_mixers()
+
+
+def layer_config(name: str, **overrides):
+  """The frozen config of ``name``, attention core or sequence mixer."""
+  return mixer_config(name, **overrides) if is_mixer(name) else attention_config(name, **overrides)
+
+
+def layer_defining_module(name: str) -> str:
+  """The module that registered ``name``, attention core or sequence mixer."""
+  from attention_zoo import mixers
+
+  return mixers.mixer_defining_module(name) if is_mixer(name) else defining_module(name)
+
 __all__ = [
     "AttentionConfig",
+    "MixerConfig",
+    "create_mixer",
+    "is_mixer",
+    "layer_config",
+    "layer_defining_module",
+    "layer_kind",
+    "list_layers",
+    "list_mixers",
+    "mixer_config",
+    "register_mixer",
     "PluginError",
     "StateSizeUnknown",
     "attention_config",

@@ -532,7 +532,8 @@ def _list(args: argparse.Namespace) -> str:
   import tasks
   from lra_bench.training import config
 
-  listing = {"attentions": attention_zoo.list_attentions, "tasks": tasks.list_tasks,
+  listing = {"attentions": attention_zoo.list_attentions, "mixers": attention_zoo.list_mixers,
+             "tasks": tasks.list_tasks,
              "protocols": config.list_protocols}
   if args.what is None:
     return "\n".join(f"{name + ':':11} {', '.join(known())}" for name, known in listing.items())

@@ -37,7 +37,7 @@ TERMINAL = ("ok", "oom", "no_data")  # a suite does not rerun these; "failed" ru
 RESULTS_FILE = "results.jsonl"
 
 FIELDS = (
-    "task", "attention", "attention_module", "protocol", "seed", "status", "error",
+    "task", "attention", "layer_kind", "attention_module", "protocol", "seed", "status", "error",
     "test_accuracy", "test_accuracy_last", "test_examples", "test_labels", "best_val_accuracy", "best_step",
     "train_steps", "num_params", "steps_per_second", "examples_per_second", "compile_seconds", "wall_seconds",
     "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length", "batch_size",
@@ -55,7 +55,7 @@ NUMBERS = ("test_accuracy", "test_accuracy_last", "test_examples", "test_labels"
            "wall_seconds", "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length",
            "batch_size", "num_devices", "num_processes", "step_seconds_median", "step_seconds_q25",
            "step_seconds_q75", "peak_rss_bytes")
-TEXTS = ("error", "config_hash", "attention_module", "mode")
+TEXTS = ("error", "config_hash", "attention_module", "layer_kind", "mode")
 
 
 def _is_number(value: Any, integer: bool = False) -> bool:
@@ -312,14 +312,22 @@ def make_record(**fields: Any) -> dict[str, Any]:
 
 
 def attention_module(name: str) -> str | None:
-  """The module that registered attention ``name`` (``attention_zoo.<file>`` or a plugin's module);
-  None when it is not registered in this process."""
+  """The module that registered ``name``, attention core or sequence mixer (``attention_zoo.<file>``,
+  ``attention_zoo.mixers.<file>`` or a plugin's module); None when it is not registered in this process."""
   import attention_zoo
 
   try:
-    return attention_zoo.defining_module(name)
+    return attention_zoo.layer_defining_module(name)
   except ValueError:
     return None
+
+
+def layer_kind(name: str) -> str:
+  """What ``name`` (a record's ``attention`` field) is: ``attention`` (a core inside the multi-head block)
+  or ``mixer`` (a sequence mixer replacing that block, ``attention_zoo.mixers``)."""
+  import attention_zoo
+
+  return attention_zoo.layer_kind(name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -389,7 +397,7 @@ def train_record(config: ml_collections.ConfigDict, status: str, *, workdir: str
   """The record of one training run of ``config`` (``fields``: its measurements, or its ``error``), with
   ``vs_preset``: how its config differs from its protocol's preset."""
   record = make_record(status=status, task=config.task, attention=config.model.attention,
-                       attention_module=attention_module(config.model.attention), protocol=config.protocol,
+                       layer_kind=layer_kind(config.model.attention), attention_module=attention_module(config.model.attention), protocol=config.protocol,
                        seed=config.seed, max_length=config.data.max_length,
                        batch_size=config.batch_size, config=config.to_dict(), config_hash=config_hash(config),
                        workdir=os.path.abspath(workdir), data_dir=os.path.abspath(data_dir), **fields)
@@ -408,4 +416,4 @@ def bench_key_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
 def bench_record(config: ml_collections.ConfigDict, **measurements: Any) -> dict[str, Any]:
   """The record of one benchmark point (``measurements`` include its ``status``)."""
   return make_record(**bench_key_fields(config), attention_module=attention_module(config.model.attention),
-                     **measurements)
+                     layer_kind=layer_kind(config.model.attention), **measurements)

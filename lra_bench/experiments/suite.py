@@ -178,14 +178,21 @@ def causal_form_problem(config: ml_collections.ConfigDict) -> str | None:
   import jax
   import jax.numpy as jnp
 
-  heads = config.model.num_heads
-  shape = (1, config.data.max_length, heads, config.model.qkv_dim // heads)
-  q = jax.ShapeDtypeStruct(shape, jnp.float32)
-  mask = jax.ShapeDtypeStruct(shape[:2], jnp.bool_)
-  core = attention_zoo.create_attention(config.model.attention, **kwargs)
   keys = {name: jax.random.PRNGKey(i) for i, name in enumerate(("params", "dropout", "attention"))}
+  mask = jax.ShapeDtypeStruct((1, config.data.max_length), jnp.bool_)
+  if attention_zoo.is_mixer(config.model.attention):  # a sequence mixer: x [B, L, D]
+    x = jax.ShapeDtypeStruct((1, config.data.max_length, config.model.emb_dim), jnp.float32)
+    mixer = attention_zoo.create_mixer(config.model.attention, **kwargs)
+    init = lambda x, m: mixer.init(keys, x, m, deterministic=True)  # noqa: E731
+    args = (x, mask)
+  else:
+    heads = config.model.num_heads
+    q = jax.ShapeDtypeStruct((1, config.data.max_length, heads, config.model.qkv_dim // heads), jnp.float32)
+    core = attention_zoo.create_attention(config.model.attention, **kwargs)
+    init = lambda q, m: core.init(keys, q, q, q, mask=m, deterministic=True)  # noqa: E731
+    args = (q, mask)
   try:
-    jax.eval_shape(lambda q, m: core.init(keys, q, q, q, mask=m, deterministic=True), q, mask)
+    jax.eval_shape(init, *args)
   except NotImplementedError as err:
     return str(err).split("\n")[0]
   return None
@@ -618,7 +625,7 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
   options = launcher_lib.check_options(launcher, launcher_options)  # a bad flag fails before planning
   start = time.perf_counter()
   task_names = parse_names(tasks, tasks_lib.list_tasks(), "task")
-  attention_names = parse_names(attentions, attention_zoo.list_attentions(), "attention")
+  attention_names = parse_names(attentions, attention_zoo.list_layers(), "attention")
   cells, skipped = plan(protocol, task_names, attention_names, parse_ints(seeds), results_dir, overrides, sweeps)
   cells, no_causal = without_causal_form(cells)
   retry = ("no_data", "failed") if retry_failed else ("no_data",)

@@ -82,7 +82,7 @@ def parse_typed(text: str, kind: type | None) -> Any:
 
 
 def _attention_field_type(config: ml_collections.ConfigDict, field: str) -> type | None:
-  cls = type(attention_zoo.attention_config(config.model.attention))
+  cls = type(attention_zoo.layer_config(config.model.attention))
   return typing.get_type_hints(cls).get(field) if field in {f.name for f in dataclasses.fields(cls)} else None
 
 
@@ -96,6 +96,11 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
       raise ConfigError(f"override {item!r}: {key!r} cannot be overridden, it names the preset the config "
                         f"comes from; choose it with {FIXED_KEYS[key]} instead")
     parent_key, _, leaf = key.rpartition(".")
+    if key in OPTIONAL_KEYS and leaf not in config_path.get_value(parent_key, config):
+      section = config_path.get_value(parent_key, config)
+      with section.unlocked():  # an optional key a protocol's config leaves out (its default applies)
+        section[leaf] = parse_typed(text, OPTIONAL_KEYS[key])
+      continue
     try:
       section = config_path.get_value(parent_key, config) if parent_key in OPEN_SECTIONS else None
       if section is not None and leaf not in section:
@@ -200,13 +205,25 @@ NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
     ("optimizer.b2", FLOAT, 0.0, 1.0, "in [0, 1)"),
     ("optimizer.eps", FLOAT, 0.0, None, "> 0"),
     ("optimizer.grad_clip_norm", FLOAT, 0.0, None, ">= 0 (0 = no clipping)"),
+    ("optimizer.ssm_learning_rate", FLOAT, 0.0, None, "> 0"),       # optional (SSM recipes)
+    ("optimizer.ssm_weight_decay", FLOAT, 0.0, None, ">= 0"),        # optional (SSM recipes)
 )
 # Bounds that are not allowed themselves: learning_rate > 0, eps > 0, rates and betas < 1.
-_OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps", "model.embed_init_std"}
+_OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps", "model.embed_init_std", "optimizer.ssm_learning_rate"}
 _OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "model.embed_dropout_rate", "optimizer.b1",
               "optimizer.b2"}
-# Optional switches of the model (next-token models; absent from the LRA protocols' configs).
-BOOL_KEYS = ("model.mlp", "model.tie_embeddings")
+# Optional switches of the model (next-token models, the sequence-mixer recipes; absent from the LRA
+# protocols' configs).
+BOOL_KEYS = ("model.mlp", "model.tie_embeddings", "model.dropout_broadcast_time")
+# Keys a protocol's config may leave out (the model and optimizer then behave as without them, so the
+# configs and hashes of the protocols that do not use them are unchanged); ``--set`` adds them. Their
+# values are checked by ``validate`` like every other key.
+OPTIONAL_KEYS: dict[str, type] = {
+    "model.mlp": bool, "model.tie_embeddings": bool, "model.embed_init_std": float,
+    "model.embed_dropout_rate": float, "model.norm": str, "model.norm_position": str,
+    "model.mlp_activation": str, "model.head": str, "model.dropout_broadcast_time": bool,
+    "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float,
+}
 # data.options values that are counts: 0 = no limit
 OPTION_RANGES = {"limit": (0, None), "contour_length": (1, None), "split_seed": (0, MAX_SEED)}
 
@@ -321,7 +338,7 @@ def _validate_attention(config: ml_collections.ConfigDict) -> None:
   checks (its config's ``__post_init__``)."""
   kwargs = config.model.attention_kwargs.to_dict()
   try:
-    hints = typing.get_type_hints(type(attention_zoo.attention_config(config.model.attention)))
+    hints = typing.get_type_hints(type(attention_zoo.layer_config(config.model.attention)))
   except (ValueError, TypeError) as err:
     raise ConfigError(str(err)) from None
   for field, value in kwargs.items():
@@ -336,7 +353,7 @@ def _validate_attention(config: ml_collections.ConfigDict) -> None:
     check_number("model.attention_kwargs.dropout_rate", kwargs["dropout_rate"], FLOAT, 0.0, 1.0, "in [0, 1)",
                  open_high=True)
   try:
-    attention_zoo.attention_config(config.model.attention, **kwargs)
+    attention_zoo.layer_config(config.model.attention, **kwargs)
   except (ValueError, TypeError) as err:
     raise ConfigError(f"model.attention_kwargs: {err}") from None
 
@@ -350,6 +367,10 @@ def _validate_names(config: ml_collections.ConfigDict) -> None:
   check_choice("task", config.task, tasks_lib.list_tasks())
   check_choice("model.pooling", config.model.pooling, models.POOLINGS)
   check_choice("model.positions", config.model.positions, models.POSITIONS)
+  for key, choices in (("norm", models.NORMS), ("norm_position", models.NORM_POSITIONS),
+                       ("mlp_activation", tuple(models.MLP_ACTIVATIONS)), ("head", models.HEADS)):
+    if key in config.model:  # optional keys (the sequence-mixer recipes)
+      check_choice(f"model.{key}", config.model[key], choices)
   factors = [factor.strip() for factor in str(config.optimizer.schedule).split("*")]
   unknown = sorted(set(factors) - set(optim.SCHEDULE_FACTORS))
   if unknown:

@@ -370,10 +370,10 @@ class Run:
   def _nan_before_update(self, loss: float) -> str:
     """The NaN message when step 1's loss (the initial parameters: no update yet) is not finite."""
     name = self.config.model.attention
-    module = attention_zoo.defining_module(name)
+    module = attention_zoo.layer_defining_module(name)
     plugin = "" if module.startswith("attention_zoo.") else f" --plugin {module}"
     return (f"loss is {loss} at step 1, before any parameter update: the model produced it from its "
-            f"initial parameters, so the learning rate is not the cause; check the attention core "
+            f"initial parameters, so the learning rate is not the cause; check the {attention_zoo.layer_kind(name)} "
             f"{name!r} with: lra-bench check {name}{plugin}")
 
   def _validate(self, step: int) -> None:

@@ -82,24 +82,118 @@ class MultiHeadAttention(nn.Module):
                            kernel_init=nn.initializers.xavier_uniform(), dtype=self.dtype)(out)
 
 
+NORMS = ("layer", "batch", "scale")
+NORM_POSITIONS = ("pre", "post")
+MLP_ACTIVATIONS = {"gelu": nn.gelu, "silu": nn.silu}
+HEADS = ("mlp", "linear")
+
+
+class ScaleNorm(nn.Module):
+  """Mega's ScaleNorm: ``x / sqrt(mean(x²) + eps) · g`` over the features with one learned scalar ``g``
+  (initialised to 1)."""
+
+  epsilon: float = 1e-5
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    g = self.param("scalar", nn.initializers.ones, (1,))
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), -1, keepdims=True) + self.epsilon) * g
+    return y.astype(self.dtype)
+
+
+def make_norm(kind: str, dtype, name: str | None = None):
+  """The normalisation ``model.norm`` names, as ``norm(x, mask, deterministic)``: ``layer`` (LayerNorm,
+  LRA's; auto-named as before, so the LRA models' parameter trees are unchanged), ``batch`` (BatchNorm
+  over batch and length, the S4 / S5 / LRU recipes; statistics over real positions only, running
+  averages with momentum 0.9 = PyTorch's 0.1, used when ``deterministic``) or ``scale`` (Mega's
+  ScaleNorm). Call it inside a compact method."""
+  if kind == "layer":
+    layer_norm = nn.LayerNorm(dtype=dtype, name=name)
+    return lambda x, mask, deterministic: layer_norm(x)
+  if kind == "scale":
+    scale_norm = ScaleNorm(dtype=dtype, name=name)
+    return lambda x, mask, deterministic: scale_norm(x)
+  if kind == "batch":
+    batch_norm = nn.BatchNorm(momentum=0.9, epsilon=1e-5, dtype=dtype, name=name)
+    return lambda x, mask, deterministic: batch_norm(
+        x, use_running_average=deterministic, mask=jnp.broadcast_to(mask[..., None], x.shape))
+  raise ValueError(f"unknown model.norm {kind!r}; expected one of {NORMS}")
+
+
+def _dropout(c, rate: float):
+  """Dropout of the block; ``model.dropout_broadcast_time``: one mask per example shared over the length
+  axis (S4 / S5's "dropout tied over time")."""
+  return nn.Dropout(rate, broadcast_dims=(1,) if c.get("dropout_broadcast_time", False) else ())
+
+
 class EncoderBlock(nn.Module):
+  """One block: the sequence sub-layer (multi-head attention around a registered core, or a registered
+  sequence mixer: ``attention_zoo.mixers``), then the MLP sub-layer (``model.mlp``, default on).
+
+  Optional model keys (absent from the LRA protocols' configs, whose models are unchanged): ``norm``
+  (``NORMS``, default ``layer``), ``norm_position`` (``pre``: norm -> sub-layer -> dropout -> residual,
+  LRA's; ``post``: sub-layer -> dropout -> residual -> norm), ``mlp_activation`` (``gelu``; Mega's ``silu``),
+  ``dropout_broadcast_time`` (False).
+  """
+
   config: Any  # the ``model`` ConfigDict
   dtype: Any = jnp.float32
+
+  def _sublayer(self, x, mask, deterministic, fn, gated=False):
+    c = self.config
+    post = c.get("norm_position", "pre") == "post"
+    norm = make_norm(c.get("norm", "layer"), self.dtype)
+    y = x if post else norm(x, mask, deterministic)
+    if gated:  # the sub-layer gates its own residual and returns the update (Mega)
+      x = x + fn(y, x)
+    else:
+      x = x + _dropout(c, c.dropout_rate)(fn(y, x), deterministic=deterministic)
+    return norm(x, mask, deterministic) if post else x
 
   @nn.compact
   def __call__(self, x, mask, deterministic: bool):
     c = self.config
-    y = nn.LayerNorm(dtype=self.dtype)(x)
-    y = MultiHeadAttention(c.num_heads, c.qkv_dim, c.attention, c.attention_kwargs,
-                           c.attention_dropout_rate, self.dtype)(y, mask, deterministic)
-    x = x + nn.Dropout(c.dropout_rate)(y, deterministic=deterministic)
-    if not c.get("mlp", True):  # attention-only blocks (Zoology's recall models: an Identity state mixer)
+    if attention_zoo.is_mixer(c.attention):
+      kwargs = {"dropout_rate": c.dropout_rate, **dict(c.attention_kwargs)}
+      mixer = attention_zoo.create_mixer(c.attention, **kwargs).clone(parent=self, name="mixer")
+      gated = bool(type(mixer.config).gated_residual)
+
+      def mix(y, residual):
+        zeroed = y * mask[..., None].astype(y.dtype)  # the contract: padded inputs are zero
+        out = (mixer(zeroed, mask, deterministic, residual=residual) if gated
+               else mixer(zeroed, mask, deterministic))
+        check_mixer_output(c.attention, out, y)
+        return out
+
+      x = self._sublayer(x, mask, deterministic, mix, gated)
+    else:
+      attention = MultiHeadAttention(c.num_heads, c.qkv_dim, c.attention, c.attention_kwargs,
+                                     c.attention_dropout_rate, self.dtype)
+      x = self._sublayer(x, mask, deterministic, lambda y, _: attention(y, mask, deterministic))
+    if not c.get("mlp", True):  # sequence-layer-only blocks (Zoology's recall models, the SSM recipes)
       return x
-    y = nn.LayerNorm(dtype=self.dtype)(x)
-    y = nn.Dense(c.mlp_dim, dtype=self.dtype)(y)
-    y = nn.Dropout(c.dropout_rate)(nn.gelu(y), deterministic=deterministic)
-    y = nn.Dense(x.shape[-1], dtype=self.dtype)(y)
-    return x + nn.Dropout(c.dropout_rate)(y, deterministic=deterministic)
+    activation = MLP_ACTIVATIONS[c.get("mlp_activation", "gelu")]
+
+    def mlp(y, _):
+      y = nn.Dense(c.mlp_dim, dtype=self.dtype)(y)
+      y = _dropout(c, c.dropout_rate)(activation(y), deterministic=deterministic)
+      return nn.Dense(x.shape[-1], dtype=self.dtype)(y)
+
+    return self._sublayer(x, mask, deterministic, mlp)
+
+
+def check_mixer_output(name: str, out: Any, x: jax.Array) -> None:
+  """Raises ``CoreOutputError`` unless a mixer returned ``[B, L, D]`` in its input's dtype."""
+  shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+  if shape is not None and tuple(shape) == tuple(x.shape) and dtype == x.dtype:
+    return
+  got = f"{type(out).__name__}" if shape is None else f"{dtype} {list(shape)}"
+  raise CoreOutputError(
+      f"sequence mixer {name!r} (module {attention_zoo.layer_defining_module(name)}) returned {got}; a mixer "
+      f"must return [B, L, D] = {list(x.shape)} in its input's dtype {x.dtype}; `lra-bench check {name}` runs "
+      "the conformance checks")
 
 
 class Encoder(nn.Module):
@@ -143,7 +237,9 @@ class Encoder(nn.Module):
     x = nn.Dropout(c.get("embed_dropout_rate", c.dropout_rate))(x, deterministic=deterministic)
     for i in range(c.num_layers):
       x = EncoderBlock(c, self.dtype, name=f"block_{i}")(x, mask, deterministic)
-    return nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x), mask
+    if c.get("norm_position", "pre") == "post":  # every block ended in a norm (S4's encoder has no final one)
+      return x, mask
+    return make_norm(c.get("norm", "layer"), self.dtype, name="encoder_norm")(x, mask, deterministic), mask
 
 
 def pool(x, mask, how: str):
@@ -179,6 +275,8 @@ class Classifier(nn.Module):
       features = jnp.concatenate([u, v, u * v, u - v], axis=-1)
     else:
       features = pool(*encoder(batch["inputs"], deterministic), c.pooling)
+    if c.get("head", "mlp") == "linear":  # the S4 / S5 / LRU decoder: one linear layer after pooling
+      return nn.Dense(self.num_classes, dtype=self.dtype, name="head_out")(features).astype(jnp.float32)
     hidden = nn.relu(nn.Dense(c.mlp_dim, dtype=self.dtype, name="head_hidden")(features))
     return nn.Dense(self.num_classes, dtype=self.dtype, name="head_out")(hidden).astype(jnp.float32)
 

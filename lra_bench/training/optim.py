@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
@@ -42,11 +43,43 @@ def learning_rate_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
   return schedule
 
 
+SSM_PREFIX = "ssm_"  # parameters named so are a sequence mixer's SSM parameters (attention_zoo.mixers)
+
+
+def is_ssm_param(path) -> bool:
+  """Whether the parameter at ``path`` (a ``jax.tree_util`` key path) is an SSM parameter: its own name
+  starts with ``ssm_`` (Λ/A, B, Δ of S4D, S5, LRU)."""
+  leaf = path[-1] if path else None
+  name = getattr(leaf, "key", getattr(leaf, "name", None))
+  return isinstance(name, str) and name.startswith(SSM_PREFIX)
+
+
+def _adamw(opt: ml_collections.ConfigDict, learning_rate: float, weight_decay: float):
+  schedule_config = ml_collections.ConfigDict(opt.to_dict())
+  schedule_config.learning_rate = learning_rate
+  return optax.adamw(learning_rate_schedule(schedule_config), b1=opt.b1, b2=opt.b2, eps=opt.eps,
+                     weight_decay=weight_decay)
+
+
 def make_optimizer(opt: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """AdamW(b1, b2, eps) with decoupled, lr-scaled weight decay on all parameters (as flax.optim Adam)."""
+  """AdamW(b1, b2, eps) with decoupled, lr-scaled weight decay on all parameters (as flax.optim Adam).
+
+  With ``optimizer.ssm_learning_rate`` set (the S4 / S5 / LRU recipes), the SSM parameters
+  (:func:`is_ssm_param`) get their own AdamW: the same schedule at that peak rate and
+  ``optimizer.ssm_weight_decay`` (default 0); gradient clipping stays global. Without it (every other
+  protocol) the optimizer is exactly the single AdamW.
+  """
   parts = []
   if opt.grad_clip_norm and opt.grad_clip_norm > 0:
     parts.append(optax.clip_by_global_norm(opt.grad_clip_norm))
-  parts.append(optax.adamw(learning_rate_schedule(opt), b1=opt.b1, b2=opt.b2, eps=opt.eps,
-                           weight_decay=opt.weight_decay))
+  main = _adamw(opt, opt.learning_rate, opt.weight_decay)
+  if opt.get("ssm_learning_rate") is None:
+    parts.append(main)
+  else:
+    ssm = _adamw(opt, opt.ssm_learning_rate, opt.get("ssm_weight_decay", 0.0))
+
+    def labels(params):
+      return jax.tree_util.tree_map_with_path(lambda path, _: "ssm" if is_ssm_param(path) else "main", params)
+
+    parts.append(optax.multi_transform({"main": main, "ssm": ssm}, labels))
   return optax.chain(*parts)

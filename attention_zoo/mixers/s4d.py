@@ -1,0 +1,245 @@
+"""S4D: the diagonal structured state space model inside S4's layer wrapper.
+
+Gu, Gupta, Goel, Ré, "On the Parameterization and Initialization of Diagonal State Space Models"
+(NeurIPS 2022); the reference implementation is the ``state-spaces/s4`` repository (``models/s4/s4d.py``,
+the minimal S4D layer; ``src/models/sequence/kernels/ssm.py`` ``SSMKernelDiag``, the full kernel;
+``src/models/sequence/kernels/dplr.py`` and ``src/models/hippo/hippo.py``, the initialisations;
+``src/models/sequence/kernels/fftconv.py`` ``FFTConv``, the bidirectional kernel;
+``src/models/sequence/modules/s4block.py`` ``S4Block``, the wrapper).
+
+Axes: B batch, L length, H channels (= d_model, one independent SSM per channel), N state size
+(``d_state``; kept as N/2 complex modes n = 0..N/2-1 whose conjugates are implied), C kernel channels
+(1, or 2 for the bidirectional kernel).
+
+Per channel h (h omitted below), with Δ = exp(ssm_log_dt), A_n = -exp(ssm_log_A_re_n) + i·ssm_A_im_n,
+B_n (ones, or ``ssm_B`` when trainable), C_n complex (a parameter per kernel channel):
+
+  discretisation ("disc"):
+    zoh:      Ā_n = exp(ΔA_n),                    B̄_n = B_n (exp(ΔA_n) − 1) / A_n
+    bilinear: Ā_n = (1 + ΔA_n/2) / (1 − ΔA_n/2),  B̄_n = B_n Δ / (1 − ΔA_n/2)
+  recurrence:  x_k = Ā x_{k−1} + B̄ u_k,  y_k = 2 Re(Σ_n C_n x_{k,n}) + D u_k
+  kernel:      K_l = 2 Re Σ_n C_n B̄_n Ā_n^l        (l = 0..L−1, Vandermonde product, Ā^l = exp(l log Ā))
+  convolution: y = irfft(rfft(u, 2L) · rfft(K, 2L))[:L] + D u   (equal to the recurrence)
+  bidirectional (two C's give K0, K1):  K = concat(K0, flip(K1)) of length 2L, the same FFT; then
+               y_i = Σ_{j≤i} K0_{i−j} u_j + Σ_{j>i} K1_{j−i−1} u_j + D u_i,
+    i.e. a forward recurrence plus a backward recurrence z_k = Ā z_{k+1} + B̄ u_k read one step late
+    (y_i uses 2 Re(C1 z_{i+1}), z_L = 0): the backward branch never sees the current position, so u_i
+    is not counted twice (the original's ``F.pad(k0, (0, L)) + F.pad(k1.flip(-1), (L, 0))``, whose
+    comment calls the off-by-one deliberate; reproduced as is).
+  layer (S4Block around FFTConv):  out = postact(W · dropout(GELU(y)) + b),
+    postact "glu": W maps H → 2H and out = a ⊙ σ(g) for [a, g] = the two halves (torch's GLU order);
+    "linear": W maps H → H, no activation; "none": no output linear (out = dropout(GELU(y))).
+
+Defaults reproduced from the original: d_state N = 64; init "legs" (the S4D-LegS of the LRA tables:
+Im A = the positive imaginary parts of the eigenvalues of the normal part of HiPPO-LegS, −1/2 I + S with
+S skew-symmetric, S_nk = −√(2n+1)√(2k+1)/2 for n > k; ordered as ``hippo.nplr`` leaves them, largest
+first), "lin" Im A = π n and "inv" Im A = (N/π)(N/(2n+1) − 1) as options; Re A = −1/2 for every init
+(stored as log(1/2), A_re = −exp); B = 1; C ~ CN(0, 1) (``torch.randn(..., dtype=cfloat)``: real and
+imaginary parts each N(0, 1/2)); D ~ N(0, 1) per channel; log Δ ~ U[log dt_min, log dt_max] per channel
+(one Δ for all modes of a channel, the original's ``dt_tie``) with dt_min = 1e-3, dt_max = 1e-1;
+disc "zoh"; GELU (exact, erf form, as torch's ``nn.GELU``) then dropout then a position-wise linear to 2H
+and GLU; ``tie_dropout`` draws one dropout mask per (example, channel) shared over the length (S4's
+``DropoutNd``); padded positions of u zeroed before the convolution (S4Block's ``lengths`` masking).
+
+Differences from the original:
+  - Padding comes as a boolean mask (padding at the end of each row) and u is zeroed at padded
+    positions; the outputs at padded positions are not zeroed (as in the original); real positions do not
+    depend on the padding (the kernel K_l does not depend on L, and the padded u are zero).
+  - The kernel and convolution run in float32 (float64 when x is float64) whatever x's dtype; the output
+    is cast back to x's dtype. Parameters are float32.
+  - Δ is parameterised as exp(ssm_log_dt), as in the minimal ``s4d.py`` (the full ``SSMKernel`` now
+    defaults to a softplus transform); the LRA configs' ``n_ssm: 1`` (A, B, Δ shared across channels) is
+    not offered: every channel has its own A, B, Δ (``n_ssm = H``, the minimal layer's choice).
+  - B is fixed to ones by default (the minimal ``s4d.py``); the full kernel trains B (initialised to
+    ones), which ``trainable_B=True`` reproduces (parameter ``ssm_B``).
+  - One dropout, after the GELU (as in the minimal ``s4d.py``); the current ``FFTConv`` applies a second,
+    untied dropout to y before the activation.
+  - The output linear uses flax's default ``Dense`` init (LeCun normal kernel, zero bias) instead of
+    torch's ``nn.Linear``/``Conv1d`` init (Kaiming uniform, uniform bias).
+  - Im A for "legs" is computed with numpy's ``eigvalsh`` of the Hermitian i·S in float64 (the original:
+    torch's ``eigh`` in double precision).
+  - ``causal=True`` uses the forward kernel only (one C) whatever ``bidirectional`` says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attention_zoo.mixers import MixerConfig, register_mixer
+
+INITS = ("legs", "lin", "inv")
+DISCS = ("zoh", "bilinear")
+POSTACTS = ("glu", "linear", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class S4DConfig(MixerConfig):
+  """S4D layer options (module docstring for the equations).
+
+  Attributes:
+    d_state: N, the real-equivalent state size per channel (N/2 complex modes); must be even.
+    init: imaginary parts of A: "legs" (HiPPO-LegS normal part's eigenvalues), "lin" (π n) or "inv"
+      ((N/π)(N/(2n+1) − 1)).
+    disc: discretisation, "zoh" or "bilinear".
+    dt_min, dt_max: range of the log-uniform initial step Δ (per channel).
+    bidirectional: two-sided kernel (a second C for the backward direction); ignored when causal.
+    trainable_B: train B (parameter ``ssm_B``, initialised to ones) instead of fixing B = 1.
+    tie_dropout: one dropout mask per (example, channel) shared over the length.
+    postact: "glu" (linear H → 2H then GLU), "linear" (linear H → H) or "none" (no output linear).
+  """
+
+  d_state: int = 64
+  init: str = "legs"
+  disc: str = "zoh"
+  dt_min: float = 1e-3
+  dt_max: float = 1e-1
+  bidirectional: bool = True
+  trainable_B: bool = False
+  tie_dropout: bool = False
+  postact: str = "glu"
+
+  paper_name: ClassVar[str | None] = "S4D"
+  family: ClassVar[str] = "ssm"
+
+  def __post_init__(self):
+    if self.d_state < 2 or self.d_state % 2:
+      raise ValueError(f"s4d: d_state must be a positive even number (N/2 complex modes), got {self.d_state}")
+    for name, value, allowed in (("init", self.init, INITS), ("disc", self.disc, DISCS),
+                                 ("postact", self.postact, POSTACTS)):
+      if value not in allowed:
+        raise ValueError(f"s4d: {name} must be one of {', '.join(allowed)}; got {value!r}")
+    if not 0 < self.dt_min <= self.dt_max:
+      raise ValueError(f"s4d: need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
+
+  def state_size(self, length: int, d_model: int) -> int:
+    """d_model · d_state: a causal layer keeps N/2 complex modes per channel, i.e. N real scalars per
+    channel, whatever the length."""
+    del length
+    return d_model * self.d_state
+
+
+def legs_imag(n_state: int) -> np.ndarray:
+  """float64 [N/2]: the positive imaginary parts of the eigenvalues of HiPPO-LegS's normal part
+  −1/2 I + S (S_nk = −√(2n+1)√(2k+1)/2 for n > k, skew-symmetric), largest first (the original's order)."""
+  r = np.sqrt(2 * np.arange(n_state, dtype=np.float64) + 1)
+  s = -0.5 * np.tril(np.outer(r, r), -1)
+  s = s - s.T
+  imag = np.linalg.eigvalsh(-1j * s)  # eigenvalues of the skew S are i·imag, imag real, ascending
+  return -imag[:n_state // 2]  # the negative half, negated: the conjugate pair's positive parts
+
+
+def init_A_imag(init: str, n_state: int) -> np.ndarray:
+  """float64 [N/2]: Im A for ``init`` (module docstring)."""
+  n = np.arange(n_state // 2, dtype=np.float64)
+  if init == "lin":
+    return np.pi * n
+  if init == "inv":
+    return n_state / np.pi * (n_state / (2 * n + 1) - 1)
+  if init == "legs":
+    return legs_imag(n_state)
+  raise ValueError(f"s4d: unknown init {init!r}")
+
+
+def discretize(dt, A, B, disc: str):
+  """Ā, B̄ and log Ā (complex [..., H, N/2]) for dt [H], A, B complex [H, N/2]."""
+  dtA = dt[:, None] * A
+  if disc == "zoh":
+    log_dA = dtA
+    dB = B * (jnp.exp(dtA) - 1.0) / A
+  elif disc == "bilinear":
+    log_dA = jnp.log((1.0 + dtA / 2) / (1.0 - dtA / 2))
+    dB = B * dt[:, None] / (1.0 - dtA / 2)
+  else:
+    raise ValueError(f"s4d: unknown discretisation {disc!r}")
+  return jnp.exp(log_dA), dB, log_dA
+
+
+def s4d_kernel(dt, A, B, C, length: int, disc: str = "zoh"):
+  """Real kernel [C, H, L]: K[c, h, l] = 2 Re Σ_n C[c, h, n] B̄[h, n] Ā[h, n]^l.
+
+  dt: real [H]; A, B: complex [H, N/2]; C: complex [C, H, N/2]. Ā^l = exp(l · log Ā) (the original's
+  log-Vandermonde product, materialising [H, N/2, L])."""
+  _, dB, log_dA = discretize(dt, A, B, disc)
+  powers = jnp.exp(log_dA[..., None] * jnp.arange(length, dtype=dt.dtype))  # [H, N/2, L]
+  return 2.0 * jnp.einsum("chn,hnl->chl", C * dB, powers).real
+
+
+def ssm_convolution(u, k_forward, k_backward=None):
+  """y [B, L, H] = (K * u) along L by FFT of length 2L (no D term).
+
+  u: real [B, L, H]; k_forward, k_backward: real [H, L]. With ``k_backward`` the kernel is two-sided:
+  y_i = Σ_{j≤i} k_forward[i−j] u_j + Σ_{j>i} k_backward[j−i−1] u_j (module docstring)."""
+  length = u.shape[1]
+  if k_backward is None:
+    k = jnp.pad(k_forward, ((0, 0), (0, length)))
+  else:
+    k = jnp.concatenate([k_forward, k_backward[:, ::-1]], axis=-1)  # pad(K0,(0,L)) + pad(flip(K1),(L,0))
+  k_f = jnp.fft.rfft(k, n=2 * length, axis=-1)  # [H, L+1]
+  u_f = jnp.fft.rfft(u, n=2 * length, axis=1)  # [B, L+1, H]
+  return jnp.fft.irfft(u_f * k_f.T[None], n=2 * length, axis=1)[:, :length].astype(u.dtype)
+
+
+def _normal_init(std: float):
+  def init(key, shape, dtype=jnp.float32):
+    return std * jax.random.normal(key, shape, dtype)
+  return init
+
+
+@register_mixer("s4d", S4DConfig)
+class S4D(nn.Module):
+  """S4D layer: diagonal SSM convolution + D skip, GELU, dropout, output linear (+ GLU)."""
+
+  config: S4DConfig
+
+  @nn.compact
+  def __call__(self, x, mask, deterministic=True):
+    c = self.config
+    batch, length, h = x.shape
+    n_half = c.d_state // 2
+    dtype = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    cdtype = jnp.complex128 if dtype == jnp.float64 else jnp.complex64
+    channels = 2 if (c.bidirectional and not c.causal) else 1
+
+    log_dt = self.param(
+        "ssm_log_dt",
+        lambda key, shape: jax.random.uniform(key, shape, jnp.float32, math.log(c.dt_min), math.log(c.dt_max)),
+        (h,))
+    log_A_re = self.param("ssm_log_A_re", lambda key, shape: jnp.full(shape, math.log(0.5), jnp.float32),
+                          (h, n_half))
+    A_im = self.param(
+        "ssm_A_im",
+        lambda key, shape: jnp.broadcast_to(jnp.asarray(init_A_imag(c.init, c.d_state), jnp.float32), shape),
+        (h, n_half))
+    if c.trainable_B:
+      B_ri = self.param("ssm_B", lambda key, shape: jnp.stack([jnp.ones(shape[:-1]), jnp.zeros(shape[:-1])], -1)
+                        .astype(jnp.float32), (h, n_half, 2))
+      B = jax.lax.complex(B_ri[..., 0].astype(dtype), B_ri[..., 1].astype(dtype))
+    else:
+      B = jnp.ones((h, n_half), cdtype)
+    C_ri = self.param("C", _normal_init(math.sqrt(0.5)), (channels, h, n_half, 2))
+    D = self.param("D", _normal_init(1.0), (h,))
+
+    dt = jnp.exp(log_dt.astype(dtype))
+    A = jax.lax.complex(-jnp.exp(log_A_re.astype(dtype)), A_im.astype(dtype))
+    C = jax.lax.complex(C_ri[..., 0].astype(dtype), C_ri[..., 1].astype(dtype))
+    k = s4d_kernel(dt, A, B, C, length, c.disc)  # [C, H, L]
+
+    u = x.astype(dtype) * mask[..., None].astype(dtype)  # padded positions are zero (again)
+    y = ssm_convolution(u, k[0], k[1] if channels == 2 else None) + D.astype(dtype) * u
+    self.sow("intermediates", "ssm_output", y)
+
+    y = jax.nn.gelu(y, approximate=False)
+    y = nn.Dropout(c.dropout_rate, broadcast_dims=(1,) if c.tie_dropout else ())(y, deterministic=deterministic)
+    if c.postact == "glu":
+      y = nn.Dense(2 * h, dtype=dtype, name="output_linear")(y)
+      y = y[..., :h] * jax.nn.sigmoid(y[..., h:])
+    elif c.postact == "linear":
+      y = nn.Dense(h, dtype=dtype, name="output_linear")(y)
+    return y.astype(x.dtype)
