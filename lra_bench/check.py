@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 
 import attention_zoo
-from lra_bench import testing
+from lra_bench import mixer_testing, testing
 
 DEFAULT_LENGTHS = (256, 512)
 HEADS, HEAD_DIM = 4, 64      # the LRA Text model's attention (qkv 256 over 4 heads)
@@ -103,6 +103,56 @@ def measure_cost(name: str, lengths: Sequence[int], repeats: int) -> dict[int, d
     _progress(name, f"cost and fwd+bwd time at L={length} (beside {BASELINE})")
     out[length] = _time_cores(names, length, repeats)
   return out
+
+
+MIXER_DIM = 256  # a sequence mixer's cost is measured at the LRA Text model's width
+
+
+def mixer_cost(name: str, lengths: Sequence[int], repeats: int) -> dict[int, dict[str, Any]]:
+  """{length: cost analysis + median fwd+bwd seconds} of the mixer layer alone: batch 1, width
+  ``MIXER_DIM``, float32, d(sum(mixer(x)^2))/d(params, x) (its projections included: a mixer owns them)."""
+  import jax
+  import jax.numpy as jnp
+
+  from lra_bench.training import xla_stats
+
+  mixer = attention_zoo.create_mixer(name)
+  gated = type(mixer.config).gated_residual
+  out = {}
+  for length in lengths:
+    _progress(name, f"cost and fwd+bwd time of the mixer layer at L={length}")
+    x = jnp.asarray(jax.random.normal(jax.random.key(0), (1, length, MIXER_DIM)))
+    mask = jnp.ones((1, length), bool)
+    extra = {"residual": x} if gated else {}
+    params = mixer.init(jax.random.key(1), x, mask, **extra)
+    loss = lambda p, x: jnp.sum(mixer.apply(p, x, mask, **({"residual": x} if gated else {})) ** 2)  # noqa: E731
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(params, x).compile()
+    stats = dict(xla_stats.cost_analysis(compiled))
+    jax.block_until_ready(compiled(params, x))
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      jax.block_until_ready(compiled(params, x))
+      times.append(time.perf_counter() - start)
+    stats["seconds"] = statistics.median(times)
+    out[length] = stats
+  return out
+
+
+def mixer_cost_table(name: str, cost: dict[int, dict[str, Any]]) -> list[str]:
+  from lra_bench.report.plots import fit_slope
+
+  lengths = sorted(cost)
+  lines = ["| L | GFLOP | compiled MiB | fwd+bwd ms |", "|---:|---:|---:|---:|"]
+  for length in lengths:
+    c = cost[length]
+    lines.append(f"| {length} | {_num(c['flops'], 1e9)} | {_num(c['compiled_memory_bytes'], 2 ** 20)} | "
+                 f"{_num(c['seconds'], 1e-3)} |")
+  slopes = [_num(fit_slope(lengths, [cost[n][key] for n in lengths]), fmt="{:.2f}")
+            if all(cost[n][key] is not None for n in lengths) else "-"
+            for key in ("flops", "compiled_memory_bytes", "seconds")]
+  lines.append("| log-log slope | " + " | ".join(slopes) + " |")
+  return lines
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -219,6 +269,15 @@ def _defining_module(name: str) -> str:
 def _header(name: str) -> list[str]:
   import jax
 
+  if attention_zoo.is_mixer(name):
+    from attention_zoo import mixers
+
+    config = attention_zoo.mixer_config(name)
+    return [f"# `lra-bench check {name}`", "",
+            f"Sequence mixer `{name}` from `{mixers.mixer_defining_module(name)}`; config `{config!r}`.",
+            f"Family: {type(config).family}; gated residual: {type(config).gated_residual}; causal form: "
+            f"{'none (' + str(type(config).no_causal_form) + ')' if type(config).no_causal_form else 'yes'}. "
+            f"Device: {jax.devices()[0].device_kind} ({jax.default_backend()}).", ""]
   config = attention_zoo.attention_config(name)
   support = "fixed pattern" if config.support(64) is not None else "none declared"
   return [f"# `lra-bench check {name}`", "",
@@ -238,7 +297,7 @@ def _validate(name: str, lengths: Sequence[int], steps: int | None) -> list[int]
   from lra_bench.errors import ConfigError
 
   try:
-    attention_zoo.attention_config(name)
+    attention_zoo.layer_config(name)
   except ValueError as err:
     raise ConfigError(str(err)) from None
   try:
@@ -290,12 +349,17 @@ def run_check(name: str, *, lengths: Sequence[int] = DEFAULT_LENGTHS, out: str |
   start = time.perf_counter()
   lines = _header(name)
 
-  _progress(name, f"conformance: {len(testing.CHECKS)} checks" + (" (quick shapes)" if quick else ""))
-  results = testing.run_conformance(
+  mixer = attention_zoo.is_mixer(name)
+  kit = mixer_testing if mixer else testing
+  _progress(name, f"conformance: {len(kit.CHECKS)} checks" + (" (quick shapes)" if quick else ""))
+  results = kit.run_conformance(
       name, quick=quick, progress=lambda r: _progress(name, f"  {r.name}: {r.status} ({r.measured})"))
   failed = testing.failures(results)
   opts = testing.QUICK if quick else testing.Options()
-  lines += [f"## Conformance (`lra_bench.testing`, L = {opts.length}, causal L = {opts.causal_length})", "",
+  title = (f"## Conformance (`lra_bench.mixer_testing`, L = {mixer_testing.LENGTH}, causal L = "
+           f"{mixer_testing.CAUSAL_LENGTH})" if mixer else
+           f"## Conformance (`lra_bench.testing`, L = {opts.length}, causal L = {opts.causal_length})")
+  lines += [title, "",
             *conformance_table(results), "",
             (f"**{len(failed)} failed:** {', '.join(r.name for r in failed)}." if failed
              else "Every applicable check passes."), ""]
@@ -303,7 +367,16 @@ def run_check(name: str, *, lengths: Sequence[int] = DEFAULT_LENGTHS, out: str |
   if quick:
     lines += ["Quick check: conformance only (no cost, heatmap or learnability).", ""]
   else:
-    lines += cost_and_heatmap(name, lengths, out, repeats=5)
+    if mixer:
+      lines += [f"## Cost of the mixer layer (forward + backward, batch 1, width {MIXER_DIM}, float32)", ""]
+      try:
+        lines += ["FLOPs and compiled memory from XLA's cost analysis; time = median of 5 calls after one "
+                  "warm-up. A mixer has no attention matrix: no heatmap.", "",
+                  *mixer_cost_table(name, mixer_cost(name, lengths, repeats=5)), ""]
+      except Exception as err:  # noqa: BLE001 - a mixer that does not compile still gets the rest
+        lines += [f"not measured: {type(err).__name__}: {_cell(err)[:300]}", ""]
+    else:
+      lines += cost_and_heatmap(name, lengths, out, repeats=5)
     records = learnability(name, steps=steps, data_dir=data_dir, out=out)
     budget = next(iter(records.values())).get("config", {}).get("num_train_steps", steps)
     lines += [f"## Learnability (smoke ListOps, {budget} steps each; chance 0.1)", "",
