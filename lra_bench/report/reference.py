@@ -57,7 +57,7 @@ COMPARABLE = {
 def paper_name(attention: str) -> str | None:
   """The published model name of ``attention`` (its config's ``paper_name``, else the table above)."""
   try:
-    declared = attention_zoo.attention_config(attention).paper_name
+    declared = attention_zoo.layer_config(attention).paper_name
   except ValueError:  # a record of an attention that is not registered here
     declared = None
   if declared:
@@ -107,7 +107,7 @@ def preset_settings(protocol: str, task: str, attention: str) -> dict[str, Any] 
   if module is None or task not in tasks_lib.list_tasks():
     return None
   try:
-    attention_zoo.attention_config(attention)
+    attention_zoo.layer_config(attention)
     config = module.get_config(task)
   except ValueError:  # an attention not registered here; a task the protocol has no config for
     return None
@@ -229,17 +229,20 @@ FOLLOWUPS_FILE = "lra_followups_accuracy.csv"
 FOLLOWUP_NAMES = {"Nystromformer": "nystromformer", "Skyformer": "skyformer", "FNet": "fnet",
                   "Luna-256": "luna", "H-Transformer-1D": "h_transformer_1d", "Standard": "vanilla",
                   "Reformer (2 hashes)": "reformer", "Linformer (k=256)": "linformer",
-                  "Performer (256)": "performer"}
+                  "Performer (256)": "performer", "S4D-LegS": "s4d", "S5": "s5", "LRU": "lru", "Mega": "mega",
+                  "Mega-chunk": "mega_chunk"}
 
 
 # Which of our protocols reproduces a follow-up source's setup (its per-model settings in configs/).
 FOLLOWUP_PROTOCOLS = {"xiong_2021_table3": "xiong"}
+# The sequence models' rows: their recipe is a protocol of ours whichever paper printed the row.
+FOLLOWUP_MODEL_PROTOCOLS = {"s4d": "s4", "s5": "s5", "lru": "lru", "mega": "mega", "mega_chunk": "mega"}
 
 
 def followup_settings(source: str, attention: str | None) -> str:
   """The follow-up table's "Our settings" cell: whether our protocol for that source runs the row's
   per-model settings ("same (`xiong`)"), what differs, or "—" (no protocol of ours reproduces it)."""
-  protocol = FOLLOWUP_PROTOCOLS.get(source)
+  protocol = FOLLOWUP_PROTOCOLS.get(source) or FOLLOWUP_MODEL_PROTOCOLS.get(attention or "")
   if protocol is None or attention is None:
     return "—"
   same, differs = preset_match(protocol, attention)
