@@ -287,7 +287,7 @@ def test_vanilla_core_equals_builtin_softmax_without_bias(x64, name, overrides):
   assert "rel_pos_bias" not in variables["params"]
   builtin = build(name, **overrides)
   params = dict(variables["params"])
-  positions = builtin.config.chunk_size or builtin.config.max_positions
+  positions = builtin.config.chunk_size or builtin.config.max_positions or x.shape[1]
   params["rel_pos_bias"] = jnp.zeros((2 * positions - 1,))
   expected, _ = init_apply(builtin, x, mask, residual, {"params": params})
   np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-10, atol=1e-12)
@@ -348,7 +348,7 @@ def test_dropout_draws_from_the_dropout_stream():
 def test_registry_entries_and_config():
   assert {"mega", "mega_chunk"} <= set(attention_zoo.list_mixers())
   whole, chunked = attention_zoo.mixer_config("mega"), attention_zoo.mixer_config("mega_chunk")
-  assert (whole.z_dim, whole.hidden_dim, whole.ema_dim, whole.max_positions) == (64, 160, 16, 1024)
+  assert (whole.z_dim, whole.hidden_dim, whole.ema_dim, whole.max_positions) == (64, 160, 16, None)
   assert whole.attention_fn == "softmax" and whole.bidirectional and whole.chunk_size is None
   assert chunked.chunk_size == 128
   assert type(whole).paper_name == "Mega" and type(chunked).paper_name == "Mega-chunk"

@@ -147,7 +147,9 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   from lra_bench.training import optim, steps, xla_stats
 
   if config.bench.mode == "core":
-    return measure_core(config)
+    import attention_zoo
+
+    return measure_mixer(config) if attention_zoo.is_mixer(config.model.attention) else measure_core(config)
   peak_before = xla_stats.peak_memory_bytes()
   task = tasks_lib.get_task(config.task)
   b, length, mode = config.batch_size, config.data.max_length, config.bench.mode
@@ -320,6 +322,71 @@ def measure_core(config: ml_collections.ConfigDict) -> dict[str, Any]:
                                                                                 xla_stats.peak_memory_bytes()))
 
 
+def measure_mixer(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Mode ``core`` for a sequence mixer: the mixer layer alone (it owns its projections), forward +
+  backward as the train step runs it: x and a cotangent N(0, 1) [B, L, emb_dim] in the compute dtype,
+  an all-true mask, ``deterministic=False`` with a ``dropout`` key, the gradient of sum(out · cotangent)
+  w.r.t. the mixer's parameters and x. Records the same fields as ``measure_core``."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  import attention_zoo
+  from lra_bench.training import steps, xla_stats
+
+  peak_before = xla_stats.peak_memory_bytes()
+  b, length, width = config.batch_size, config.data.max_length, config.model.emb_dim
+  dtype = steps.compute_dtype(config)
+  mixer = attention_zoo.create_mixer(config.model.attention, **{"dropout_rate": config.model.dropout_rate,
+                                                                **dict(config.model.attention_kwargs)})
+  gated = type(mixer.config).gated_residual
+  keys = jax.random.split(jax.random.key(config.seed), 2)
+  shape = (b, length, width)
+  spec, mask_spec = jax.ShapeDtypeStruct(shape, dtype), jax.ShapeDtypeStruct((b, length), jnp.bool_)
+
+  def call(variables, x, mask, **kw):
+    return mixer.apply(variables, x, mask, **({"residual": x} if gated else {}), **kw)
+
+  def init(x, mask):
+    return mixer.init({"params": keys[0], "dropout": keys[1]}, x, mask, deterministic=True,
+                      **({"residual": x} if gated else {}))
+
+  def objective(params, x, state, mask, cotangent, rng):
+    out, updated = call({"params": params, **state}, x, mask, deterministic=False, rngs={"dropout": rng},
+                        mutable=list(state))
+    return jnp.sum(out.astype(jnp.float32) * cotangent), {n: updated[n] for n in state}
+
+  step = jax.grad(objective, argnums=(0, 1), has_aux=True)
+  abstract = jax.eval_shape(init, spec, mask_spec)
+  if config.bench.compile_only:
+    x = cotangent = spec
+    mask, variables, init_seconds = mask_spec, dict(abstract), None
+  else:
+    rng = np.random.default_rng(config.seed)
+    x, cotangent = (jnp.asarray(rng.standard_normal(shape, np.float32), dtype) for _ in range(2))
+    mask = jnp.ones((b, length), bool)
+    start = time.perf_counter()
+    variables = dict(jax.block_until_ready(jax.jit(init)(x, mask)))
+    init_seconds = time.perf_counter() - start
+  params = variables.pop("params", {})
+  num_params = int(sum(np.prod(p.shape) for p in jax.tree.leaves(params)))
+  args = (params, x, variables, mask, cotangent, keys[1])
+  start = time.perf_counter()
+  compiled = jax.jit(step).lower(*args).compile()
+  out = {"compile_seconds": time.perf_counter() - start, "init_seconds": init_seconds, "num_params": num_params}
+  analysis = xla_stats.cost_analysis(compiled)
+  out.update(flops_per_step=analysis["flops"], compiled_memory_bytes=analysis["compiled_memory_bytes"],
+             compiled_temp_bytes=analysis["temp_bytes"])
+  if config.bench.compile_only:
+    return out
+  xla_stats.check_fits(compiled, f"the {config.model.attention} mixer's forward + backward at length {length}",
+                       "run a shorter length or a smaller --batch_size, or --compile_only_from this length")
+  times = time_steps(lambda a: (a, compiled(*a)), args, warmup_steps=config.bench.warmup_steps,
+                     repeats=config.bench.repeats)
+  return dict(out, **_timing(times, b, length), peak_memory_bytes=device_peak(peak_before,
+                                                                                xla_stats.peak_memory_bytes()))
+
+
 def _timing(times: Sequence[float], batch_size: int, length: int) -> dict[str, Any]:
   """The record's time fields of ``times`` (seconds per step): every time, median, quartiles, rates."""
   import numpy as np
@@ -416,7 +483,7 @@ def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequen
   from lra_bench.experiments import results
 
   start = time.perf_counter()
-  names = grid.parse_names(attentions, attention_zoo.list_attentions(), "attention")
+  names = grid.parse_names(attentions, attention_zoo.list_layers(), "attention")
   lengths = sorted(grid.parse_ints(lengths))
   device_kind = jax.devices()[0].device_kind
   summary = BenchSummary()
