@@ -61,13 +61,14 @@ def reference_layer(params, x, mask, bidirectional=False):
   return out1 / (1 + np.exp(-out2)) * np.asarray(mask, np.float64)[..., None]
 
 
-def test_associative_scan_matches_sequential_loop(x64):
+@pytest.mark.parametrize("method", ["associative", "sequential"])
+def test_associative_scan_matches_sequential_loop(x64, method):
   rng = np.random.default_rng(0)
   n = 7
   lam = np.exp(-rng.uniform(0.01, 0.5, n) + 1j * rng.uniform(0, 6.28, n))
   bu = rng.normal(size=(2, 19, n)) + 1j * rng.normal(size=(2, 19, n))
   for reverse in (False, True):
-    got = np.asarray(lru.linear_recurrence(jnp.asarray(lam), jnp.asarray(bu), reverse=reverse))
+    got = np.asarray(lru.linear_recurrence(jnp.asarray(lam), jnp.asarray(bu), reverse=reverse, method=method))
     np.testing.assert_allclose(got, loop_states(lam, bu, reverse), rtol=1e-12, atol=1e-12)
 
 

@@ -262,3 +262,22 @@ def test_dropout_mask_shared_over_time(tie):
   assert np.any(keep[visible] < 0.5) and np.any(keep[visible] > 0.5)
   same_over_time = np.nanmax(keep, axis=1) - np.nanmin(keep, axis=1) < 0.5  # [B, H]
   assert np.all(same_over_time) == tie  # the same features dropped at every position
+
+
+def test_associative_and_sequential_scans_agree(x64):
+  """The module runs the sequential scan on a CPU (faster there) and the original's associative scan
+  elsewhere: both give the states of the loop."""
+  from attention_zoo.mixers import _scan
+  rng = np.random.default_rng(3)
+  lam = np.exp(-rng.uniform(0.01, 0.5, 5) + 1j * rng.uniform(0, 3, 5))
+  bu = rng.normal(size=(2, 11, 5)) + 1j * rng.normal(size=(2, 11, 5))
+  for reverse in (False, True):
+    expected = np.zeros_like(bu)
+    h = np.zeros((2, 5), complex)
+    for t in (range(10, -1, -1) if reverse else range(11)):
+      h = lam * h + bu[:, t]
+      expected[:, t] = h
+    for method in _scan.METHODS:
+      got = np.asarray(s5.linear_scan(jnp.asarray(lam), jnp.asarray(bu), reverse=reverse, method=method))
+      np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+  assert _scan.default_method() == ("sequential" if jax.default_backend() == "cpu" else "associative")

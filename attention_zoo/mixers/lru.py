@@ -78,7 +78,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo.mixers import MixerConfig, register_mixer
+from attention_zoo.mixers import MixerConfig, _scan, register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,26 +129,19 @@ def eigenvalues(nu_log, theta_log):
   return jnp.exp(-jnp.exp(nu_log) + 1j * jnp.exp(theta_log))
 
 
-def _combine(left, right):
-  """(a_i, b_i) ∘ (a_j, b_j) = (a_j a_i, a_j b_i + b_j): the composition of two affine maps."""
-  a_i, b_i = left
-  a_j, b_j = right
-  return a_j * a_i, a_j * b_i + b_j
-
-
-def linear_recurrence(lam, bu, reverse=False):
-  """All states x_k = λ ⊙ x_{k∓1} + bu_k of one diagonal recurrence, x = 0 before the first step.
+def linear_recurrence(lam, bu, reverse=False, method=None):
+  """All states x_k = λ ⊙ x_{k∓1} + bu_k of one diagonal recurrence, x = 0 before the first step
+  (``_scan.diagonal_recurrence``: the associative scan, or on a CPU the faster sequential one).
 
   Args:
     lam: [N] complex diagonal.
     bu: [B, L, N] complex inputs.
     reverse: scan from the last position to the first.
+    method: "associative", "sequential" or None (by backend).
   Returns:
     [B, L, N] the states.
   """
-  a = jnp.broadcast_to(lam, bu.shape)
-  _, states = jax.lax.associative_scan(_combine, (a, bu), reverse=reverse, axis=1)
-  return states
+  return _scan.diagonal_recurrence(lam, bu, reverse=reverse, method=method)
 
 
 @register_mixer("lru", LRUConfig)

@@ -86,7 +86,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers import MixerConfig, register_mixer
+from attention_zoo.mixers import MixerConfig, _scan, register_mixer
 
 C_INITS = ("trunc_standard_normal", "lecun_normal", "complex_normal")
 DISCRETIZATIONS = ("zoh", "bilinear")
@@ -213,17 +213,10 @@ def discretize(lam: jax.Array, b_tilde: jax.Array, step: jax.Array, method: str)
   return bl * (1.0 + (step / 2.0) * lam), (bl * step)[:, None] * b_tilde
 
 
-def _binary_operator(q_i, q_j):
-  a_i, b_i = q_i
-  a_j, b_j = q_j
-  return a_j * a_i, a_j * b_i + b_j
-
-
-def linear_scan(lam_bar: jax.Array, bu: jax.Array, reverse: bool = False) -> jax.Array:
-  """States x [B, L, N] of x_k = Λ̄ ⊙ x_{k∓1} + bu_k (bu [B, L, N]) by an associative scan over L."""
-  lam_elements = jnp.broadcast_to(lam_bar, bu.shape)
-  _, xs = jax.lax.associative_scan(_binary_operator, (lam_elements, bu), reverse=reverse, axis=1)
-  return xs
+def linear_scan(lam_bar: jax.Array, bu: jax.Array, reverse: bool = False, method: str | None = None) -> jax.Array:
+  """States x [B, L, N] of x_k = Λ̄ ⊙ x_{k∓1} + bu_k (bu [B, L, N]) over L: the associative scan (the
+  original's), or on a CPU the faster sequential scan (``_scan.diagonal_recurrence``; same result)."""
+  return _scan.diagonal_recurrence(lam_bar, bu, reverse=reverse, method=method)
 
 
 @register_mixer("s5", S5Config)
