@@ -82,3 +82,18 @@ def kwargs_for(config: ml_collections.ConfigDict, mixer: str, kwargs: dict) -> d
   if config.model.attention != mixer:
     return {}
   return {f"model.attention_kwargs.{k}": v for k, v in kwargs.items()}
+
+
+def encoder_settings(config: ml_collections.ConfigDict) -> dict:
+  """``attention_settings`` of the Transformer protocols (``cpu``, ``smoke``) for a sequence mixer with a
+  one-directional default (``lru``): bidirectional, the encoder setting every attention of these protocols
+  has, and the one that gives their CLS vector (the first position) the sequence at all."""
+  import dataclasses
+
+  import attention_zoo
+
+  name = config.model.attention
+  if name not in attention_zoo.list_mixers() or config.model.pooling != "CLS":
+    return {}
+  fields = {f.name for f in dataclasses.fields(attention_zoo.mixer_config(name))}
+  return {"model.attention_kwargs.bidirectional": True} if "bidirectional" in fields else {}

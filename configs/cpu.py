@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from configs import _sequence_models
+
 from configs import smoke
 
 TEST_EXAMPLES = 2000   # Wilson 95 % half-width <= 2.2 points: a 5-point difference is visible
@@ -60,6 +62,12 @@ EXCLUDED = {
                   "use --protocol smoke for the plumbing cell or lra on an accelerator",
     "pathx": "Path-X has 16K tokens per example: too long for a CPU cell",
 }
+
+
+def attention_settings(config: ml_collections.ConfigDict) -> dict:
+  """A sequence mixer whose default runs one way (``lru``) runs bidirectional here, as every attention
+  of this encoder sees the whole sequence (and the CLS vector, the first position, needs it)."""
+  return _sequence_models.encoder_settings(config)
 
 
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from configs import _sequence_models
+
 from configs import lra
 
 
@@ -93,6 +95,12 @@ def pathfinder(c: ml_collections.ConfigDict) -> None:
 # Path-X (16K tokens) does not fit a ~20 s CPU cell: no smoke config.
 TASKS = {"listops": listops, "text": text, "retrieval": retrieval, "image": image, "pathfinder": pathfinder}
 EXCLUDED = {"pathx": "Path-X has 16K tokens per example: too long for the CPU smoke protocol"}
+
+
+def attention_settings(config: ml_collections.ConfigDict) -> dict:
+  """A sequence mixer whose default runs one way (``lru``) runs bidirectional here, as every attention
+  of this encoder sees the whole sequence (and the CLS vector, the first position, needs it)."""
+  return _sequence_models.encoder_settings(config)
 
 
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:

@@ -224,3 +224,15 @@ def test_mixer_kit_passes_the_toy_and_catches_a_leak(toy):
   with mixers.temporary({"toy_leaky": (Leaky, ToyConfig)}):
     result = mixer_testing.check_one("toy_leaky", "padding")
   assert result.passed is False and "padded tail reaches" in result.detail
+
+
+def test_a_one_way_mixer_under_cls_pooling_is_refused_and_cpu_makes_it_bidirectional(toy):
+  """The CLS vector is the first position: a forward-only scan gives it nothing of the sequence."""
+  with pytest.raises(ConfigError, match="model.pooling='CLS' is not allowed; expected MEAN, SUM or MAX with the "
+                                        "one-directional mixer 'toy_mixer'"):
+    config_lib.load_config("lra", "listops", ["model.attention_kwargs.bidirectional=False"], attention="toy_mixer")
+  config_lib.load_config("lra", "listops", ["model.attention_kwargs.bidirectional=False", "model.pooling=MEAN"],
+                         attention="toy_mixer")
+  assert config_lib.load_config("cpu", "listops", attention="lru").model.attention_kwargs.bidirectional is True
+  assert config_lib.load_config("lru", "listops").model.attention_kwargs.bidirectional is False  # MEAN pooling
+  assert "bidirectional" not in config_lib.load_config("cpu", "listops").model.attention_kwargs  # vanilla

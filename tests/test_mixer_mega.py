@@ -348,7 +348,7 @@ def test_dropout_draws_from_the_dropout_stream():
 def test_registry_entries_and_config():
   assert {"mega", "mega_chunk"} <= set(attention_zoo.list_mixers())
   whole, chunked = attention_zoo.mixer_config("mega"), attention_zoo.mixer_config("mega_chunk")
-  assert (whole.z_dim, whole.hidden_dim, whole.ema_dim, whole.max_positions) == (64, 160, 16, None)
+  assert (whole.z_dim, whole.hidden_dim, whole.ema_dim, whole.max_positions) == (64, 160, 16, 1024)
   assert whole.attention_fn == "softmax" and whole.bidirectional and whole.chunk_size is None
   assert chunked.chunk_size == 128
   assert type(whole).paper_name == "Mega" and type(chunked).paper_name == "Mega-chunk"

@@ -1,5 +1,5 @@
-"""README.md's table of the field's systems stays true: every registered attention appears in it, and
-every name it lists is registered."""
+"""README.md's table of the field's systems stays true: every registered attention and sequence mixer
+appears in it, and every name it lists is registered."""
 
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ def _table_names() -> set[str]:
 
 
 def _builtin() -> set[str]:
-  """The attentions lra-bench itself ships (plugins, e.g. the installed example package, are not in the table)."""
-  return {name for name in attention_zoo.list_attentions()
-          if attention_zoo.defining_module(name).startswith("attention_zoo.")}
+  """The attentions and sequence mixers lra-bench itself ships (plugins, e.g. the installed example
+  package, are not in the table)."""
+  return {name for name in attention_zoo.list_layers()
+          if attention_zoo.layer_defining_module(name).startswith("attention_zoo.")}
 
 
 def test_every_registered_attention_is_in_the_readme_table():

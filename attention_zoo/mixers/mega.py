@@ -54,8 +54,8 @@ Defaults reproduced from the original (facebookresearch/mega, main branch):
   ~ N(0, 0.02²) with zero biases; γ ~ N(0, 0.02²), β = 0 ([2, Z]); softmax scaling Z^{-1/2} on q;
   laplace/relu2 divide q kᵀ by the number of real keys (clamped at 1) without the Z scaling; dropout on
   the EMA output and on Ĥ, hidden dropout on v, attention dropout on A; SiLU activations;
-  ``max_positions`` = 1024 (here None = the call's length: the original's LRA configs set it to the
-  sequence length, 2002 / 4002; a fixed M is still a field value).
+  ``max_positions`` = 1024 (the original's LRA configs set it to the sequence length, 2002 / 4002: so
+  does protocol ``mega``; elsewhere ``--set model.attention_kwargs.max_positions=L``).
 - ``fairseq/modules/relative_positional_bias.py`` (``SimpleRelativePositionalBias``): 2M − 1 weights
   ~ N(0, 0.02²), M = chunk size when chunked.
 - ``fairseq/models/lra/model.py`` (``mega_lra_listop``): Z = 64, V = 160, N = 16 (the defaults here);
@@ -117,8 +117,7 @@ class MegaConfig(MixerConfig):
     bidirectional: two EMA directions (the LRA encoder's setting); ignored when ``causal``.
     truncation: EMA kernel length limit; None (or ≤ 0) = the whole sequence.
     chunk_size: attention within chunks of this many positions; None = the whole sequence.
-    max_positions: M, the relative bias's range when not chunked (L must not exceed it); None: the
-      length of the sequence the layer is built for (its bias then has 2L − 1 weights).
+    max_positions: M, the relative bias's range when not chunked (L must not exceed it).
     attention: name of a registered attention core replacing softmax/laplace (no relative bias then).
     attention_kwargs: (key, value) pairs for that core's config.
     attention_dropout_rate: dropout on the attention weights (original ``attention_dropout``).
@@ -133,7 +132,7 @@ class MegaConfig(MixerConfig):
   bidirectional: bool = True
   truncation: int | None = None
   chunk_size: int | None = None
-  max_positions: int | None = None
+  max_positions: int = 1024
   attention: str | None = None
   attention_kwargs: tuple = ()
   attention_dropout_rate: float = 0.0
@@ -282,7 +281,7 @@ class MovingAverageGatedAttention(nn.Module):
   def _builtin(self, q, k, v, keys, chunk, deterministic):
     """Mega's own attention within each chunk: q, k [B, n, C, Z], v [B, n, C, V] -> [B, n, C, V]."""
     c = self.config
-    positions = (c.max_positions or chunk) if c.chunk_size is None else c.chunk_size
+    positions = c.max_positions if c.chunk_size is None else c.chunk_size
     weights = self.param("rel_pos_bias", nn.initializers.normal(0.02), (2 * positions - 1,))
     acc = _common.accum_dtype(q)
     bias = relative_bias(weights, chunk).astype(acc)                         # [C, C]

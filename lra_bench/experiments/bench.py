@@ -84,9 +84,26 @@ def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str
     c.bench.repeats = repeats            # timed single steps (median and quartiles are reported)
     c.bench.compile_only = compile_only  # FLOPs and compiled memory only; no step is run
     c.bench.device_kind = device_kind    # part of the hash: a point is measured once per device kind
+    _length_bound(c, length + (1 if c.model.pooling == "CLS" else 0))
 
   return config_lib.load_config(PROTOCOL, TASK, overrides, attention=attention, extend=extend,
                                 checks=[validate_bench])
+
+
+def _length_bound(c: ml_collections.ConfigDict, positions: int) -> None:
+  """A layer whose config bounds the length it accepts (Mega's relative bias: ``max_positions``) is built
+  for the point's length, as its LRA configs build it for the task's, unless that bound is already larger."""
+  import dataclasses
+
+  import attention_zoo
+
+  try:
+    config = attention_zoo.layer_config(c.model.attention)
+  except (TypeError, ValueError):
+    return  # an unknown name: load_config reports it
+  bound = getattr(config, "max_positions", None)
+  if isinstance(bound, int) and "max_positions" in {f.name for f in dataclasses.fields(config)} and bound < positions:
+    c.model.attention_kwargs.max_positions = positions
 
 
 def validate_bench(config: ml_collections.ConfigDict) -> None:

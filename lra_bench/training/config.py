@@ -353,9 +353,14 @@ def _validate_attention(config: ml_collections.ConfigDict) -> None:
     check_number("model.attention_kwargs.dropout_rate", kwargs["dropout_rate"], FLOAT, 0.0, 1.0, "in [0, 1)",
                  open_high=True)
   try:
-    attention_zoo.layer_config(config.model.attention, **kwargs)
+    layer = attention_zoo.layer_config(config.model.attention, **kwargs)
   except (ValueError, TypeError) as err:
     raise ConfigError(f"model.attention_kwargs: {err}") from None
+  one_way = getattr(layer, "causal", False) or getattr(layer, "bidirectional", True) is False
+  if attention_zoo.is_mixer(config.model.attention) and one_way and config.model.pooling == "CLS":
+    fail("model.pooling", "CLS", f"MEAN, SUM or MAX with the one-directional mixer {config.model.attention!r}: "
+         "the CLS vector is the first position, so a forward scan gives it nothing of the sequence (or set "
+         "model.attention_kwargs.bidirectional=True)")
 
 
 def _validate_names(config: ml_collections.ConfigDict) -> None:
