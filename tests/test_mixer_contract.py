@@ -236,3 +236,20 @@ def test_a_one_way_mixer_under_cls_pooling_is_refused_and_cpu_makes_it_bidirecti
   assert config_lib.load_config("cpu", "listops", attention="lru").model.attention_kwargs.bidirectional is True
   assert config_lib.load_config("lru", "listops").model.attention_kwargs.bidirectional is False  # MEAN pooling
   assert "bidirectional" not in config_lib.load_config("cpu", "listops").model.attention_kwargs  # vanilla
+
+
+@pytest.mark.parametrize("protocol", ["s4", "s5", "lru", "mega"])
+def test_each_recipe_trains_its_mixer_end_to_end(protocol, listops_dir, tmp_path):
+  """The recipe's encoder (BatchNorm / post-norm / linear head / SSM parameter group) around its own
+  mixer, shrunk to the tiny ListOps data: a record with its settings, finite loss, an accuracy."""
+  shrink = tiny_overrides(**{"model.num_layers": 1, "model.emb_dim": 16, "model.mlp_dim": 16})
+  shrink += ["data.options.name=tiny", "data.max_length=64"]
+  config = config_lib.load_config(protocol, "listops", shrink)
+  record = cell.train_cell(config, str(tmp_path / protocol), listops_dir)
+  assert record["status"] == "ok", record.get("error")
+  assert record["layer_kind"] == "mixer" and record["attention"] == {"s4": "s4d"}.get(protocol, protocol)
+  model = record["config"]["model"]
+  assert model["pooling"] == "MEAN" and model["positions"] == "none"
+  if protocol != "mega":
+    assert record["config"]["optimizer"]["ssm_learning_rate"] > 0 and model["norm"] == "batch"
+  assert 0 <= record["test_accuracy"] <= 1
