@@ -32,8 +32,8 @@ RECIPE = {
 
 PUBLISHED_DIFFERENCES = {
     "s5": ("BatchNorm statistics over real positions only and the scan masked at padding (the original "
-           "runs the padded tail through the scan); the script's learning-rate-on-plateau extras are not "
-           "reproduced; the activation of the scripts that do not name one is run_train.py's default"),
+           "runs the padded tail through the scan); the options of the scripts that configs/s5.py does "
+           "not list run at this harness's defaults (e.g. the evaluation cadence: once an epoch here)"),
 }
 
 

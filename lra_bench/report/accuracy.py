@@ -37,7 +37,7 @@ def report_tasks(records: Iterable[dict]) -> list[str]:
 
 def report_attentions(records: Iterable[dict]) -> list[str]:
   """Rows: every registered attention plus any that has records; vanilla first."""
-  names = set(attention_zoo.list_attentions()) | {r["attention"] for r in records}
+  names = set(attention_zoo.list_layers()) | {r["attention"] for r in records}
   return sorted(names, key=lambda n: (n != "vanilla", n))
 
 
