@@ -69,6 +69,7 @@ def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str
   """The locked config of one point: the ``lra`` protocol's Text config at ``length`` and ``batch_size``."""
   import ml_collections
 
+  from configs import _sequence_models
   from lra_bench.training import config as config_lib
 
   if mode not in MODES:
@@ -85,6 +86,8 @@ def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str
     c.bench.compile_only = compile_only  # FLOPs and compiled memory only; no step is run
     c.bench.device_kind = device_kind    # part of the hash: a point is measured once per device kind
     _length_bound(c, length + (1 if c.model.pooling == "CLS" else 0))
+    # a one-way mixer (lru) runs bidirectional, the encoder setting of every attention timed here
+    config_lib.apply_settings(c, _sequence_models.encoder_settings(c))
 
   return config_lib.load_config(PROTOCOL, TASK, overrides, attention=attention, extend=extend,
                                 checks=[validate_bench])
