@@ -325,16 +325,29 @@ def measure_core(config: ml_collections.ConfigDict) -> dict[str, Any]:
   params = variables.pop("params", {})
   num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
   args = (params, q, k, v, variables, mask, cotangent, rngs)
-  start = time.perf_counter()
-  compiled = jax.jit(core_step(core)).lower(*args).compile()
   # init_seconds: making the core's variables (~0: it has none, or an earlier length made them)
+  return _compile_and_time(config, core_step(core), args, "core", init_seconds=init_seconds, num_params=num_params,
+                           peak_before=peak_before)
+
+
+def _compile_and_time(config: ml_collections.ConfigDict, step, args, what: str, *, init_seconds, num_params: int,
+                      peak_before) -> dict[str, Any]:
+  """Compiles ``step(*args)`` (one point of mode ``core``: a core's or a mixer's forward + backward),
+  records its XLA FLOPs and compiled memory, and unless ``compile_only`` times it (``time_steps``)."""
+  import jax
+
+  from lra_bench.training import xla_stats
+
+  b, length = config.batch_size, config.data.max_length
+  start = time.perf_counter()
+  compiled = jax.jit(step).lower(*args).compile()
   out = {"compile_seconds": time.perf_counter() - start, "init_seconds": init_seconds, "num_params": num_params}
   analysis = xla_stats.cost_analysis(compiled)
   out.update(flops_per_step=analysis["flops"], compiled_memory_bytes=analysis["compiled_memory_bytes"],
              compiled_temp_bytes=analysis["temp_bytes"])
   if config.bench.compile_only:
     return out
-  xla_stats.check_fits(compiled, f"the {config.model.attention} core's forward + backward at length {length}",
+  xla_stats.check_fits(compiled, f"the {config.model.attention} {what}'s forward + backward at length {length}",
                        "run a shorter length or a smaller --batch_size, or --compile_only_from this length")
   times = time_steps(lambda a: (a, compiled(*a)), args, warmup_steps=config.bench.warmup_steps,
                      repeats=config.bench.repeats)
@@ -391,20 +404,8 @@ def measure_mixer(config: ml_collections.ConfigDict) -> dict[str, Any]:
   params = variables.pop("params", {})
   num_params = int(sum(np.prod(p.shape) for p in jax.tree.leaves(params)))
   args = (params, x, variables, mask, cotangent, keys[1])
-  start = time.perf_counter()
-  compiled = jax.jit(step).lower(*args).compile()
-  out = {"compile_seconds": time.perf_counter() - start, "init_seconds": init_seconds, "num_params": num_params}
-  analysis = xla_stats.cost_analysis(compiled)
-  out.update(flops_per_step=analysis["flops"], compiled_memory_bytes=analysis["compiled_memory_bytes"],
-             compiled_temp_bytes=analysis["temp_bytes"])
-  if config.bench.compile_only:
-    return out
-  xla_stats.check_fits(compiled, f"the {config.model.attention} mixer's forward + backward at length {length}",
-                       "run a shorter length or a smaller --batch_size, or --compile_only_from this length")
-  times = time_steps(lambda a: (a, compiled(*a)), args, warmup_steps=config.bench.warmup_steps,
-                     repeats=config.bench.repeats)
-  return dict(out, **_timing(times, b, length), peak_memory_bytes=device_peak(peak_before,
-                                                                                xla_stats.peak_memory_bytes()))
+  return _compile_and_time(config, step, args, "mixer", init_seconds=init_seconds, num_params=num_params,
+                           peak_before=peak_before)
 
 
 def _timing(times: Sequence[float], batch_size: int, length: int) -> dict[str, Any]:

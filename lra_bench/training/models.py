@@ -45,14 +45,17 @@ class CoreOutputError(ValueError):
 def check_core_output(name: str, out: Any, value: jax.Array) -> None:
   """Raises ``CoreOutputError`` naming the core and its module unless ``out`` has ``value``'s shape
   ``[B, L, H, V]`` and dtype (CONTRACT 1). Runs at trace time: the shapes are static."""
+  _check_output(out, value, f"attention {name!r} (module {attention_zoo.defining_module(name)})",
+                "a core must return [B, L, H, V]", "the values' dtype", name)
+
+
+def _check_output(out: Any, like: jax.Array, who: str, contract: str, dtype_text: str, name: str) -> None:
   shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
-  if shape is not None and tuple(shape) == tuple(value.shape) and dtype == value.dtype:
+  if shape is not None and tuple(shape) == tuple(like.shape) and dtype == like.dtype:
     return
   got = f"{type(out).__name__}" if shape is None else f"{dtype} {list(shape)}"
-  raise CoreOutputError(
-      f"attention {name!r} (module {attention_zoo.defining_module(name)}) returned {got}; a core must "
-      f"return [B, L, H, V] = {list(value.shape)} in the values' dtype {value.dtype}; "
-      f"`lra-bench check {name}` runs the conformance checks")
+  raise CoreOutputError(f"{who} returned {got}; {contract} = {list(like.shape)} in {dtype_text} {like.dtype}; "
+                        f"`lra-bench check {name}` runs the conformance checks")
 
 
 class MultiHeadAttention(nn.Module):
@@ -185,15 +188,9 @@ class EncoderBlock(nn.Module):
 
 
 def check_mixer_output(name: str, out: Any, x: jax.Array) -> None:
-  """Raises ``CoreOutputError`` unless a mixer returned ``[B, L, D]`` in its input's dtype."""
-  shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
-  if shape is not None and tuple(shape) == tuple(x.shape) and dtype == x.dtype:
-    return
-  got = f"{type(out).__name__}" if shape is None else f"{dtype} {list(shape)}"
-  raise CoreOutputError(
-      f"sequence mixer {name!r} (module {attention_zoo.layer_defining_module(name)}) returned {got}; a mixer "
-      f"must return [B, L, D] = {list(x.shape)} in its input's dtype {x.dtype}; `lra-bench check {name}` runs "
-      "the conformance checks")
+  """Raises ``CoreOutputError`` unless a mixer returned ``[B, L, D]`` in its input's dtype (CONTRACT 4)."""
+  _check_output(out, x, f"sequence mixer {name!r} (module {attention_zoo.layer_defining_module(name)})",
+                "a mixer must return [B, L, D]", "its input's dtype", name)
 
 
 class Encoder(nn.Module):
