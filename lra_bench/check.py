@@ -125,7 +125,7 @@ def mixer_cost(name: str, lengths: Sequence[int], repeats: int) -> dict[int, dic
     mask = jnp.ones((1, length), bool)
     extra = {"residual": x} if gated else {}
     params = mixer.init(jax.random.key(1), x, mask, **extra)
-    loss = lambda p, x: jnp.sum(mixer.apply(p, x, mask, **({"residual": x} if gated else {})) ** 2)  # noqa: E731
+    loss = lambda p, x, mask=mask: jnp.sum(mixer.apply(p, x, mask, **({"residual": x} if gated else {})) ** 2)
     compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(params, x).compile()
     stats = dict(xla_stats.cost_analysis(compiled))
     jax.block_until_ready(compiled(params, x))

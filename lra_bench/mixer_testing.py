@@ -195,7 +195,7 @@ def _check_determinism(name: str):
   mixer = _create(name, dropout_rate=DROPOUT)
   x, mask = _padded()
   variables = _init(mixer, x, mask)
-  run = lambda key, det: np.asarray(_call(mixer, variables, x, mask, deterministic=det,  # noqa: E731
+  run = lambda key, det: np.asarray(_call(mixer, variables, x, mask, deterministic=det,
                                           rngs={"dropout": jax.random.key(key)}))
   moved = _max_abs(run(1, False) - run(2, False))
   still = _max_abs(run(1, True) - run(2, True))

@@ -140,7 +140,7 @@ def test_post_norm_batch_norm_linear_head_train_and_eval(toy):
 
 
 def test_batch_norm_ignores_padded_positions():
-  norm_fn = lambda x, mask: models.make_norm("batch", jnp.float32)(x, mask, False)  # noqa: E731
+  norm_fn = lambda x, mask: models.make_norm("batch", jnp.float32)(x, mask, False)
 
   class Wrap(nn.Module):
     @nn.compact

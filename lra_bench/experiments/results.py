@@ -397,7 +397,8 @@ def train_record(config: ml_collections.ConfigDict, status: str, *, workdir: str
   """The record of one training run of ``config`` (``fields``: its measurements, or its ``error``), with
   ``vs_preset``: how its config differs from its protocol's preset."""
   record = make_record(status=status, task=config.task, attention=config.model.attention,
-                       layer_kind=layer_kind(config.model.attention), attention_module=attention_module(config.model.attention), protocol=config.protocol,
+                       layer_kind=layer_kind(config.model.attention),
+                       attention_module=attention_module(config.model.attention), protocol=config.protocol,
                        seed=config.seed, max_length=config.data.max_length,
                        batch_size=config.batch_size, config=config.to_dict(), config_hash=config_hash(config),
                        workdir=os.path.abspath(workdir), data_dir=os.path.abspath(data_dir), **fields)

@@ -183,13 +183,13 @@ def causal_form_problem(config: ml_collections.ConfigDict) -> str | None:
   if attention_zoo.is_mixer(config.model.attention):  # a sequence mixer: x [B, L, D]
     x = jax.ShapeDtypeStruct((1, config.data.max_length, config.model.emb_dim), jnp.float32)
     mixer = attention_zoo.create_mixer(config.model.attention, **kwargs)
-    init = lambda x, m: mixer.init(keys, x, m, deterministic=True)  # noqa: E731
+    init = lambda x, m: mixer.init(keys, x, m, deterministic=True)
     args = (x, mask)
   else:
     heads = config.model.num_heads
     q = jax.ShapeDtypeStruct((1, config.data.max_length, heads, config.model.qkv_dim // heads), jnp.float32)
     core = attention_zoo.create_attention(config.model.attention, **kwargs)
-    init = lambda q, m: core.init(keys, q, q, q, mask=m, deterministic=True)  # noqa: E731
+    init = lambda q, m: core.init(keys, q, q, q, mask=m, deterministic=True)
     args = (q, mask)
   try:
     jax.eval_shape(init, *args)
