@@ -253,3 +253,14 @@ def test_each_recipe_trains_its_mixer_end_to_end(protocol, listops_dir, tmp_path
   if protocol != "mega":
     assert record["config"]["optimizer"]["ssm_learning_rate"] > 0 and model["norm"] == "batch"
   assert 0 <= record["test_accuracy"] <= 1
+
+
+def test_the_recall_report_counts_a_mixers_state():
+  """The x axis of the recall figures for a mixer: its own state_size at the model's width."""
+  from lra_bench.report import recall
+
+  config = {"model": {"num_heads": 1, "qkv_dim": 64, "emb_dim": 32, "attention_kwargs": {"causal": True}},
+            "data": {"max_length": 64}}
+  assert recall.state_size("s4d", config)[0] == 32 * 64      # d_model · d_state (64)
+  assert recall.state_size("lru", config)[0] == 2 * 256      # 2 · d_state, whatever the width
+  assert recall.state_size("vanilla", config)[0] == 2 * 64 * 64  # the KV cache: 2·H·D·L
