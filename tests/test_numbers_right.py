@@ -225,7 +225,8 @@ def test_test_accuracy_is_the_test_split_with_the_best_validation_parameters(lis
   params = jax.eval_shape(model.init, jax.random.key(0), {"inputs": np.zeros((1, 64), np.int32)})["params"]
   sps = record["steps_per_second"]
   expected = dict(
-      want, task="listops", attention="vanilla", attention_module="attention_zoo.vanilla", protocol="smoke",
+      want, task="listops", attention="vanilla", layer_kind="attention", attention_module="attention_zoo.vanilla",
+      protocol="smoke",
       seed=0, status="ok", error=None, test_examples=37, test_labels=37, best_step=2, train_steps=3,
       num_params=sum(x.size for x in jax.tree.leaves(params)), steps_per_second=sps,
       examples_per_second=sps * 8, compile_seconds=0.5, peak_memory_bytes=xla_stats.peak_memory_bytes(),
