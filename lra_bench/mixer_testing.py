@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 import attention_zoo
-from lra_bench.testing import Check, failures
+from lra_bench.testing import Check, _max_abs, failures, run_guarded
 
 CHECKS = ("config", "float32", "bfloat16", "jit", "gradients", "padding", "causal", "determinism")
 
@@ -66,9 +66,11 @@ def _init(mixer, x, mask, seed: int = 0):
                     jnp.asarray(mask), deterministic=True, **extra)
 
 
-def _max_abs(x) -> float:
-  x = np.asarray(x, np.float64)
-  return float(np.max(np.abs(x))) if x.size else 0.0
+def _setup(name: str, **overrides):
+  """(mixer, x, mask, variables): the mixer with ``overrides`` on the padded batch of ``_padded``."""
+  mixer = _create(name, **overrides)
+  x, mask = _padded()
+  return mixer, x, mask, _init(mixer, x, mask)
 
 
 def _padded(length: int = LENGTH, pad: int = PAD):
@@ -96,9 +98,7 @@ def _check_dtype(name: str, dtype_name: str):
   import jax.numpy as jnp
 
   dtype = jnp.dtype(dtype_name)
-  mixer = _create(name)
-  x, mask = _padded()
-  variables = _init(mixer, x, mask)
+  mixer, x, mask, variables = _setup(name)
   out = _call(mixer, variables, jnp.asarray(x, dtype), mask)
   problems = []
   if tuple(out.shape) != x.shape:
@@ -114,9 +114,7 @@ def _check_dtype(name: str, dtype_name: str):
 def _check_jit(name: str):
   import jax
 
-  mixer = _create(name, dropout_rate=DROPOUT)
-  x, mask = _padded()
-  variables = _init(mixer, x, mask)
+  mixer, x, mask, variables = _setup(name, dropout_rate=DROPOUT)
   rngs = {"dropout": jax.random.key(5)}
   with jax.disable_jit():
     eager = np.asarray(_call(mixer, variables, x, mask, deterministic=False, rngs=rngs))
@@ -131,9 +129,7 @@ def _check_gradients(name: str):
   import jax
   import jax.numpy as jnp
 
-  mixer = _create(name)
-  x, mask = _padded()
-  variables = _init(mixer, x, mask)
+  mixer, x, mask, variables = _setup(name)
   weights = jnp.asarray(mask[..., None], jnp.float32)
 
   def loss(params, x):
@@ -155,9 +151,7 @@ def _check_gradients(name: str):
 
 
 def _check_padding(name: str):
-  mixer = _create(name)
-  x, mask = _padded()
-  variables = _init(mixer, x, mask)
+  mixer, x, mask, variables = _setup(name)
   padded = np.asarray(_call(mixer, variables, x, mask), np.float64)
   real = LENGTH - PAD
   cut = np.asarray(_call(mixer, variables, x[:1, :real], mask[:1, :real]), np.float64)
@@ -192,9 +186,7 @@ def _check_causal(name: str):
 def _check_determinism(name: str):
   import jax
 
-  mixer = _create(name, dropout_rate=DROPOUT)
-  x, mask = _padded()
-  variables = _init(mixer, x, mask)
+  mixer, x, mask, variables = _setup(name, dropout_rate=DROPOUT)
   run = lambda key, det: np.asarray(_call(mixer, variables, x, mask, deterministic=det,
                                           rngs={"dropout": jax.random.key(key)}))
   moved = _max_abs(run(1, False) - run(2, False))
@@ -225,14 +217,7 @@ def check_one(name: str, check: str) -> Check:
   if check not in _CHECK_FNS:
     raise ValueError(f"unknown mixer check {check!r}; known checks: {', '.join(CHECKS)}")
   attention_zoo.mixer_config(name)  # unknown name -> ValueError listing the known ones
-  try:
-    import jax
-    with jax.default_matmul_precision("highest"):
-      passed, measured, detail = _CHECK_FNS[check](name)
-  except Exception as err:  # noqa: BLE001 - a mixer that crashes fails the check
-    message = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
-    return Check(check, False, "raised", f"{type(err).__name__}: {message}")
-  return Check(check, passed, measured, detail)
+  return run_guarded(check, lambda: _CHECK_FNS[check](name))
 
 
 def run_conformance(name: str, *, progress: Callable[[Check], None] | None = None, **_: Any) -> list[Check]:

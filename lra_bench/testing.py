@@ -653,15 +653,23 @@ def check_one(name: str, check: str, **opts: Any) -> Check:
     raise ValueError(f"unknown check {check!r}; known checks: {', '.join(CHECKS)}")
   attention_zoo.attention_config(name)  # unknown name -> ValueError listing the known ones
   o = _options(bool(opts.pop("quick", False)), opts)
+  return run_guarded(check, lambda: _CHECK_FNS[check](name, o))
+
+
+def run_guarded(check: str, measure: Callable[[], tuple[bool | None, str, str]]) -> Check:
+  """``measure()`` -> (passed, measured, detail) as a ``Check``; one that raises is a failed check whose
+  detail is the error's first line (both kits: a layer that crashes fails, it never raises here).
+
+  The checks measure a layer's mathematics against float32 round-off (SAME, ROW_SUM, ...). GPUs run
+  float32 matrix products as TF32 by default (TPUs as bfloat16 passes), whose ~1e-3 error failed
+  jit/rows_sum_to_one/causal on an H100 for cores that are right (reports/gpu_*/README.md): the checks
+  run at full float32 precision on every backend (a no-op on the CPU).
+  """
   try:
-    # The checks measure a core's mathematics against float32 round-off (SAME, ROW_SUM, ...). GPUs run
-    # float32 matrix products as TF32 by default (TPUs as bfloat16 passes), whose ~1e-3 error failed
-    # jit/rows_sum_to_one/causal on an H100 for cores that are right (reports/gpu_*/README.md): the
-    # checks run at full float32 precision on every backend (a no-op on the CPU).
     import jax
     with jax.default_matmul_precision("highest"):
-      passed, measured, detail = _CHECK_FNS[check](name, o)
-  except Exception as err:  # noqa: BLE001 - a core that crashes fails the check; the error is the detail
+      passed, measured, detail = measure()
+  except Exception as err:  # noqa: BLE001 - a layer that crashes fails the check; the error is the detail
     message = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
     return Check(check, False, "raised", f"{type(err).__name__}: {message}")
   return Check(check, passed, measured, detail)
