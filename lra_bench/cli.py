@@ -47,6 +47,7 @@ START = ("start with: ./run_all.sh (the whole smoke suite, bench and report), or
          "  lra-bench data prepare listops --protocol smoke && lra-bench train --task listops "
          "--protocol smoke --workdir runs/demo")
 LISTINGS = ("attentions", "tasks", "protocols")
+PRETRAIN_CHOICES = ("none", "masked", "causal")  # lra_bench.training.pretrain (none: from scratch)
 # suite flag (its argparse name) -> key of suite.run_suite(launcher_options=...): launcher.FLAGS inverted
 LAUNCHER_OPTIONS = {flag.lstrip("-"): key for key, flag in LAUNCHER_FLAGS.items()}
 PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_expression_length", "overwrite",
@@ -356,6 +357,11 @@ def _add_train(commands, common) -> None:
   p.add_argument("--results_dir", type=output_dir, help="also append the record to "
                  "<results_dir>/results.jsonl")
   _add_overrides(p, "the run")
+  p.add_argument("--pretrain", choices=PRETRAIN_CHOICES, help="self-pretrain the encoder on the task's "
+                 "training inputs first (masked denoising, or next-token prediction for a causal model), "
+                 "then fine-tune the classifier from it; = --set pretrain.objective=... (default: none)")
+  p.add_argument("--pretrain_workdir", type=output_dir, help="the pretraining run's directory (default: "
+                 "<workdir>/pretrain); a finished pretraining there is reused")
   p.add_argument("--force", action=BoolFlag, default=False, help="rerun a finished run from scratch")
   # multi-host (lra_bench/training/parallel.py); unset = one process unless the environment says otherwise
   p.add_argument("--coordinator_address", type=host_port, help="multi-host: host:port of process 0")
@@ -379,6 +385,9 @@ def _add_suite(commands, common) -> None:
                  help="repeatable: every cell once per value (all combinations of several --sweep); adds "
                       "to or replaces the protocol's own sweep of that key (the recall protocols sweep "
                       "optimizer.learning_rate); a --set of the key fixes it instead")
+  p.add_argument("--pretrain", type=names, help="comma list of none, masked, causal: every cell once per "
+                 "value (from scratch, or fine-tuned after self-pretraining; a pretraining is run once per "
+                 "task, attention, seed and pretraining config, and shared)")
   p.add_argument("--isolate", action=BoolFlag, default=False, help="run each cell in a fresh subprocess")
   p.add_argument("--retry_failed", action=BoolFlag, default=True, help="rerun cells whose last record is "
                  "'failed' (--noretry_failed leaves them)")
@@ -594,11 +603,13 @@ def _train(args: argparse.Namespace) -> int:
   if args.process_id is not None and args.num_processes is None:
     raise UsageError(f"--process_id {args.process_id} needs --num_processes (the number of "
                      "processes of the run)")
-  run_config = config.load_config(args.protocol, args.task, args.set, attention=args.attention, seed=args.seed)
+  sets = [*([f"pretrain.objective={args.pretrain}"] if args.pretrain else []), *args.set]
+  run_config = config.load_config(args.protocol, args.task, sets, attention=args.attention, seed=args.seed)
   workdir = args.workdir or checked_output_dir(
       "--workdir", os.path.join("runs", args.protocol, args.task, f"{args.attention}_seed{args.seed}"))
   parallel.initialize(args.coordinator_address, args.num_processes, args.process_id, args.distributed)
-  record = cell.train_cell(run_config, workdir, data_dir, args.results_dir, force=args.force)
+  record = cell.train_cell(run_config, workdir, data_dir, args.results_dir, force=args.force,
+                           pretrain_workdir=args.pretrain_workdir)
   if record["status"] != "ok":
     print(f"error: run {record['status']}: {record['error']}", file=sys.stderr)
     return 1
@@ -622,7 +633,8 @@ def _suite(args: argparse.Namespace) -> int:
   summary = suite.run_suite(args.protocol, args.tasks, args.attentions, args.seeds,
                             results_dir=args.results_dir, data_dir=_data_dir(args), overrides=args.set,
                             isolate=args.isolate, retry_failed=args.retry_failed,
-                            sweeps=suite.parse_sweeps(args.sweep), **_launcher_kwargs(args))
+                            sweeps=suite.parse_sweeps(args.sweep, pretrain=args.pretrain),
+                            **_launcher_kwargs(args))
   print("\n".join(summary.lines()))
   return summary.exit_code()  # 1: a cell failed or was left unfinished (CI sees it)
 

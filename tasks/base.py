@@ -191,6 +191,7 @@ class Task:
   dual_input: ClassVar[bool] = False
   objective: ClassVar[str] = "classification"   # or "next_token" (module docstring)
   pixel_inputs: ClassVar[bool] = False   # also offers float pixels (model.input_kind = "pixels")
+  pixel_std: ClassVar[float] = 1.0       # the float pixels' scale: one intensity level is 1 / pixel_std
   chance_accuracy: ClassVar[float]
 
   def prepare(self, data_dir: str, **options) -> str:

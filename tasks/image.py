@@ -44,6 +44,7 @@ class Image(Task):
   vocab_size = PIXEL_VOCAB
   max_length = 1024
   pixel_inputs = True
+  pixel_std = CIFAR_GRAY_STD
   chance_accuracy = 0.1
   dataset_name = "cifar10"
 

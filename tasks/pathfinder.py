@@ -294,6 +294,7 @@ class _Pathfinder(Task):
   num_classes = 2
   vocab_size = PIXEL_VOCAB
   pixel_inputs = True
+  pixel_std = PIXEL_STD
   chance_accuracy = 0.5
   resolution: ClassVar[int]
   contour_length: ClassVar[int] = 14   # LRA reports the hard split (issue #11)

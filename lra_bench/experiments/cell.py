@@ -44,7 +44,7 @@ from lra_bench import files
 from lra_bench.errors import UserError
 from lra_bench.experiments import results
 from lra_bench.training import config as config_lib
-from lra_bench.training import checkpoints, loop, xla_stats
+from lra_bench.training import checkpoints, loop, pretrain, xla_stats
 
 MAX_ERROR_CHARS = 2000
 LOCK_FILE = ".lock"  # in the workdir, held while a process trains it
@@ -209,21 +209,28 @@ def previous_record(workdir: str, config: ml_collections.ConfigDict) -> dict[str
 
 
 def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
-               results_dir: str | None = None, force: bool = False) -> dict[str, Any]:
+               results_dir: str | None = None, force: bool = False,
+               pretrain_workdir: str | None = None) -> dict[str, Any]:
   """Runs one training config and writes its record; failures become records too.
 
   A workdir whose ``result.json`` already holds a terminal record for the same config is not rerun
   (unless ``force``); an interrupted run resumes from its checkpoint.
+
+  A config with a ``pretrain`` section (``lra_bench.training.pretrain``) runs its self-pretraining first,
+  as a run of its own in ``pretrain_workdir`` (default ``<workdir>/pretrain``) with its own record
+  (``kind: pretrain``), unless that workdir already holds its finished record; the classifier then starts
+  from the pretraining's best-validation encoder, and its record's ``pretrain`` field names that run
+  (``pretrain_link``). A kill in either stage resumes in that stage; ``force`` reruns both.
   """
   workdir, data_dir = files.absolute(workdir), files.absolute(data_dir)
   results_dir = files.absolute(results_dir) if results_dir else None
   os.makedirs(workdir, exist_ok=True)
   with workdir_lock(workdir):
-    return _train_locked(config, workdir, data_dir, results_dir, force)
+    return _train_locked(config, workdir, data_dir, results_dir, force, pretrain_workdir)
 
 
 def _train_locked(config: ml_collections.ConfigDict, workdir: str, data_dir: str, results_dir: str | None,
-                  force: bool) -> dict[str, Any]:
+                  force: bool, pretrain_workdir: str | None = None) -> dict[str, Any]:
   """``train_cell`` once the workdir is this process's."""
   previous = None if force else previous_record(workdir, config)
   if previous is not None:
@@ -234,19 +241,99 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, data_dir: str
   if force:
     shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
   where = dict(workdir=workdir, data_dir=data_dir)
+  link, init_from = {}, None
+  if "pretrain" in config:
+    pre_dir = files.absolute(pretrain_workdir or os.path.join(workdir, "pretrain"))
+    pre_record = pretrain_stage(config, pre_dir, data_dir, results_dir, force)
+    link = {"pretrain": pretrain_link(pre_record)}
+    if pre_record["status"] != "ok":
+      error = pre_record.get("error") or ""
+      record = results.train_record(config, pre_record["status"], error=(
+          error if pre_record["status"] == "no_data" else f"the self-pretraining run in {pre_dir} ended "
+          f"{pre_record['status']!r}: {error}"), **where, **link)
+      if jax.process_index() == 0:
+        _write(record, workdir, results_dir)
+      return record
+    init_from = pretrain.initializer(pretrain.pretrain_config(config), pre_dir, pre_record["best_step"])
   try:
-    record = results.train_record(config, "ok", **where, **loop.train_and_evaluate(config, workdir, data_dir))
+    record = results.train_record(config, "ok", **where, **link,
+                                  **loop.train_and_evaluate(config, workdir, data_dir, init_from=init_from))
   except tasks_lib.MissingDataError as err:
-    record = results.train_record(config, "no_data", error=missing_data(err, config, data_dir), **where)
+    record = results.train_record(config, "no_data", error=missing_data(err, config, data_dir), **where, **link)
   except (KeyboardInterrupt, SystemExit, checkpoints.ConfigMismatchError):
     raise
   except BaseException as err:  # noqa: BLE001 - every failure becomes a record
     _save_traceback(workdir)
     status, message = outcome(err, workdir)
-    record = results.train_record(config, status, error=message, **where)
+    record = results.train_record(config, status, error=message, **where, **link)
   if jax.process_index() == 0:
     _write(record, workdir, results_dir)
   return record
+
+
+PRETRAIN_LINK_FIELDS = ("status", "config_hash", "workdir", "best_step", "best_val_accuracy", "test_accuracy",
+                        "train_steps")
+
+
+def pretrain_link(pre_record: dict[str, Any]) -> dict[str, Any]:
+  """What a fine-tuning record says of its pretraining run: the objective, the mask rate, and the
+  pretraining record's status, config hash, workdir, best step, masked-position (or next-token) accuracy on
+  validation and test, and steps."""
+  section = pre_record["config"]["pretrain"]
+  return {"objective": section["objective"], "mask_rate": section.get("mask_rate"),
+          **{name: pre_record.get(name) for name in PRETRAIN_LINK_FIELDS}}
+
+
+WAIT_SECONDS = 5.0  # how often a stage waiting for another process's pretraining of the same config looks
+
+
+@contextlib.contextmanager
+def waiting_lock(workdir: str) -> Iterator[None]:
+  """Holds ``<workdir>/.lock``, waiting while another process holds it (two cells sharing one pretraining:
+  the second waits for the first to finish it, then reads its record)."""
+  said = False
+  while True:
+    with exclusive(os.path.join(workdir, LOCK_FILE)) as holder:
+      if holder is None:
+        yield
+        return
+    if not said:
+      logging.warning("waiting for %s, which is training %s", describe_holder(holder), workdir)
+      said = True
+    time.sleep(WAIT_SECONDS)
+
+
+def pretrain_stage(config: ml_collections.ConfigDict, pre_dir: str, data_dir: str, results_dir: str | None,
+                   force: bool) -> dict[str, Any]:
+  """The self-pretraining run of ``config`` in ``pre_dir``: its finished record if ``pre_dir`` holds one
+  for the same pretraining config (unless ``force``), else the record of running it (resumed from its
+  checkpoint if it was interrupted); failures become records, as ``train_cell``'s."""
+  pre_config = pretrain.pretrain_config(config)
+  os.makedirs(pre_dir, exist_ok=True)
+  with waiting_lock(pre_dir):
+    previous = None if force else previous_record(pre_dir, pre_config)
+    if previous is not None and previous.get("kind") == "pretrain":
+      logging.info("%s already holds a %r pretraining for this config; not rerunning", pre_dir,
+                   previous["status"])
+      return previous
+    if force:
+      shutil.rmtree(os.path.join(pre_dir, "checkpoints"), ignore_errors=True)
+    where = dict(workdir=pre_dir, data_dir=data_dir, kind="pretrain")
+    logging.info("self-pretraining (%s) in %s", pre_config.pretrain.objective, pre_dir)
+    try:
+      record = results.train_record(pre_config, "ok", **where,
+                                    **loop.train_and_evaluate(pre_config, pre_dir, data_dir, stage="pretrain"))
+    except tasks_lib.MissingDataError as err:
+      record = results.train_record(pre_config, "no_data", error=missing_data(err, config, data_dir), **where)
+    except (KeyboardInterrupt, SystemExit, checkpoints.ConfigMismatchError):
+      raise
+    except BaseException as err:  # noqa: BLE001 - every failure becomes a record
+      _save_traceback(pre_dir)
+      status, message = outcome(err, pre_dir)
+      record = results.train_record(pre_config, status, error=message, **where)
+    if jax.process_index() == 0:
+      _write(record, pre_dir, results_dir)
+    return record
 
 
 def _save_traceback(workdir: str) -> None:

@@ -48,7 +48,10 @@ FIELDS = (
 
 # What a reader relies on: required fields and their types (``record_problem`` checks them).
 REQUIRED = {"task": str, "attention": str, "protocol": str, "seed": int, "status": str}
-KINDS = ("train", "bench")
+# "pretrain": the self-pretraining stage of a run (``lra_bench.training.pretrain``); its record holds the
+# masked-position (or next-token) accuracy, never a classification accuracy, and no table of classifier
+# accuracies reads it.
+KINDS = ("train", "bench", "pretrain")
 # Optional fields read as numbers by the report (null where unknown).
 NUMBERS = ("test_accuracy", "test_accuracy_last", "test_examples", "test_labels", "best_val_accuracy", "best_step",
            "train_steps", "num_params", "steps_per_second", "examples_per_second", "compile_seconds",
@@ -105,6 +108,18 @@ def setting_hash(record: dict[str, Any]) -> str | None:
     return record.get("config_hash")
   setting = {key: value for key, value in config.items() if key != "seed"}
   return hashlib.sha256(json.dumps(setting, sort_keys=True).encode()).hexdigest()[:12]
+
+
+PRETRAIN_OBJECTIVES = ("masked", "causal")
+
+
+def pretrain_objective(record: dict[str, Any]) -> str:
+  """How a train record's model started: ``none`` (from scratch), ``masked`` or ``causal`` (fine-tuned
+  from a self-pretraining run of that objective: its stored config's ``pretrain.objective``)."""
+  config = record.get("config")
+  section = config.get("pretrain") if isinstance(config, dict) else None
+  objective = section.get("objective") if isinstance(section, dict) else None
+  return objective if objective in PRETRAIN_OBJECTIVES else "none"
 
 
 def run_key(record: dict[str, Any]) -> tuple:

@@ -55,6 +55,7 @@ from lra_bench.experiments import cell as cell_lib
 from lra_bench.experiments import results
 from lra_bench.experiments.grid import failure_line, group_line, name_list, one_line, parse_ints, parse_names
 from lra_bench.training import config as config_lib
+from lra_bench.training import pretrain
 
 
 @dataclasses.dataclass
@@ -68,6 +69,9 @@ class Cell:
   # then the suite's --set (a fresh ``train`` process rebuilds the config from them)
   overrides: tuple[str, ...] = ()
   variant: str = ""  # the sweep's values, short (``lr=0.001,emb_dim=64``); "" without a sweep
+  # the self-pretraining run of a cell with a ``pretrain`` section, shared by every cell whose pretraining
+  # config is the same (``<results_dir>/runs/<protocol>/<task>/<attention>/pretrain/seed<k>_<hash>``)
+  pretrain_workdir: str | None = None
 
   @property
   def name(self) -> str:
@@ -90,10 +94,21 @@ def protocol_sweep(protocol: str, task: str) -> dict[str, list[dict[str, Any]]]:
   return {axis: [dict(point) for point in points] for axis, points in (declared(task) if declared else {}).items()}
 
 
-def parse_sweeps(items: Sequence[str] | None) -> dict[str, list[dict[str, Any]]]:
+PRETRAIN_CHOICES = ("none", "masked", "causal")
+
+
+def parse_sweeps(items: Sequence[str] | None, pretrain: str | None = None) -> dict[str, list[dict[str, Any]]]:
   """``--sweep key=v1,v2`` flags -> axes {short key: [{key: text value}, ...]} (each value parsed later by
-  the key's type)."""
+  the key's type); ``pretrain`` (``--pretrain none,masked``): the axis ``pretrain`` of
+  ``pretrain.objective`` (each cell from scratch and after self-pretraining)."""
   sweeps: dict[str, list[dict[str, Any]]] = {}
+  if pretrain:
+    values = [v.strip() for v in pretrain.split(",") if v.strip()]
+    unknown = [v for v in values if v not in PRETRAIN_CHOICES]
+    if unknown or not values:
+      raise config_lib.ConfigError(f"--pretrain {pretrain!r}: expected a comma list of "
+                                   f"{', '.join(PRETRAIN_CHOICES)}")
+    sweeps["pretrain"] = [{"pretrain.objective": value} for value in dict.fromkeys(values)]
   for item in items or ():
     key, sep, values = item.partition("=")
     key, values_list = key.strip(), [v.strip() for v in values.split(",") if v.strip()]
@@ -104,7 +119,7 @@ def parse_sweeps(items: Sequence[str] | None) -> dict[str, list[dict[str, Any]]]
 
 
 def _short_key(key: str) -> str:
-  return {"optimizer.learning_rate": "lr"}.get(key, key.rpartition(".")[2])
+  return {"optimizer.learning_rate": "lr", "pretrain.objective": "pretrain"}.get(key, key.rpartition(".")[2])
 
 
 def sweep_variants(protocol: str, task: str, sweeps: dict[str, list[dict[str, Any]]],
@@ -159,43 +174,18 @@ def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str
           _check_grid_keys(config, protocol, task, attention, seed)
           workdir = os.path.join(os.path.abspath(results_dir), "runs", protocol, task, attention,
                                  f"seed{seed}_{config_lib.config_hash(config)}")
-          cell = Cell(task, attention, seed, config, workdir, tuple(cell_overrides), variant)
+          pre_workdir = None
+          if "pretrain" in config:
+            pre_workdir = os.path.join(os.path.dirname(workdir), "pretrain",
+                                       f"seed{seed}_{config_lib.config_hash(pretrain.pretrain_config(config))}")
+          cell = Cell(task, attention, seed, config, workdir, tuple(cell_overrides), variant, pre_workdir)
           if cell.key() not in keys:  # a name or seed given twice is one cell
             keys.add(cell.key())
             cells.append(cell)
   return cells, skipped
 
 
-def causal_form_problem(config: ml_collections.ConfigDict) -> str | None:
-  """Why ``config``'s attention cannot run as configured causal (its ``causal=True`` raises
-  ``NotImplementedError`` when traced at the config's shapes), else None (also when it is not causal).
-
-  Traced with ``jax.eval_shape``, never compiled: milliseconds per core.
-  """
-  kwargs = config.model.attention_kwargs.to_dict()
-  if kwargs.get("causal") is not True:
-    return None
-  import jax
-  import jax.numpy as jnp
-
-  keys = {name: jax.random.PRNGKey(i) for i, name in enumerate(("params", "dropout", "attention"))}
-  mask = jax.ShapeDtypeStruct((1, config.data.max_length), jnp.bool_)
-  if attention_zoo.is_mixer(config.model.attention):  # a sequence mixer: x [B, L, D]
-    x = jax.ShapeDtypeStruct((1, config.data.max_length, config.model.emb_dim), jnp.float32)
-    mixer = attention_zoo.create_mixer(config.model.attention, **kwargs)
-    init = lambda x, m: mixer.init(keys, x, m, deterministic=True)
-    args = (x, mask)
-  else:
-    heads = config.model.num_heads
-    q = jax.ShapeDtypeStruct((1, config.data.max_length, heads, config.model.qkv_dim // heads), jnp.float32)
-    core = attention_zoo.create_attention(config.model.attention, **kwargs)
-    init = lambda q, m: core.init(keys, q, q, q, mask=m, deterministic=True)
-    args = (q, mask)
-  try:
-    jax.eval_shape(init, *args)
-  except NotImplementedError as err:
-    return str(err).split("\n")[0]
-  return None
+causal_form_problem = config_lib.causal_form_problem  # where the grid and the SPT check share it
 
 
 def without_causal_form(cells: Sequence[Cell]) -> tuple[list[Cell], dict[str, str]]:
@@ -302,7 +292,8 @@ def _run_in_process(cell: Cell, data_dir: str, results_dir: str, force: bool) ->
 
   with _cell_logging(cell.workdir):
     try:
-      return cell_lib.train_cell(cell.config, cell.workdir, data_dir, results_dir, force=force)
+      return cell_lib.train_cell(cell.config, cell.workdir, data_dir, results_dir, force=force,
+                                 pretrain_workdir=cell.pretrain_workdir)
     finally:
       jax.clear_caches()  # compiled executables of this cell are not needed by the next one
 
@@ -387,7 +378,8 @@ def _run_subprocess(cell: Cell, data_dir: str, results_dir: str, force: bool,
   cmd = [sys.executable, "-m", "lra_bench", "train", f"--task={cell.task}",
          f"--attention={cell.attention}", f"--protocol={cell.config.protocol}", f"--seed={cell.seed}",
          f"--workdir={cell.workdir}", f"--data_dir={data_dir}", f"--results_dir={results_dir}",
-         *[f"--set={o}" for o in (cell.overrides or overrides)], *(["--force"] if force else [])]
+         *[f"--set={o}" for o in (cell.overrides or overrides)], *(["--force"] if force else []),
+         *([f"--pretrain_workdir={cell.pretrain_workdir}"] if cell.pretrain_workdir else [])]
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
   with open(os.path.join(cell.workdir, "train.log"), "a") as log, _forward_sigterm() as forward:
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,

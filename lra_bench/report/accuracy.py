@@ -193,6 +193,8 @@ def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "R
   ``test_examples`` is the smallest count among the cell's seeds; the seeds reuse the same test
   examples, so the interval is for n = that count, not n × seeds.
 
+  Reads from-scratch runs only (``results.pretrain_objective(r) == "none"``): runs fine-tuned after
+  self-pretraining are shown by ``report.pretraining`` (their count: ``frame.attrs["spt_records"]``).
   Uses the latest record of each run; the seeds of a cell are the records sharing one config apart from
   the seed (``results.setting_hash``). When a cell was run under several configs (overrides), the config
   with the most ``ok`` seeds (then the latest) is used and the others are counted in ``ignored``.
@@ -201,8 +203,11 @@ def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "R
   command that fills an empty cell, with the ``--plugin`` and ``--set``s of its record (of the protocol's
   other records for a cell without any).
   """
-  train_records = [r for r in results.latest_records(records)
-                   if r.get("kind", "train") == "train" and r.get("protocol") == protocol]
+  protocol_records = [r for r in results.latest_records(records)
+                      if r.get("kind", "train") == "train" and r.get("protocol") == protocol]
+  # From scratch only: a run fine-tuned after self-pretraining is another setting of the cell and never one
+  # of its seeds (``report.pretraining`` sets the two side by side).
+  train_records = [r for r in protocol_records if results.pretrain_objective(r) == "none"]
   attentions = attentions or report_attentions(train_records)
   task_names = task_names or report_tasks(train_records)
   seeds_used = sorted({r["seed"] for r in train_records}) or [0]
@@ -246,6 +251,8 @@ def accuracy_cells(records: Sequence[dict], protocol: str, results_dir: str = "R
   frame = _add_intervals(pd.DataFrame(rows))
   frame.attrs["seeds"], frame.attrs["sets"] = seeds_used, common_sets
   frame.attrs["ignored"] = ignored_keys(train_records)
+  frame.attrs["spt_records"] = sum(results.pretrain_objective(r) != "none" and not tasks_lib.is_next_token(r["task"])
+                                  for r in protocol_records)
   return frame
 
 
@@ -396,6 +403,9 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
     caption = (f"**Protocol `{protocol}` is not the paper's protocol: these numbers are NOT comparable to "
                f"the published ones** (shown below for orientation only, without deltas). " + caption)
   notes = _missing_notes(cells, protocol, results_dir) + _off_preset_notes(cells, protocol)
+  if cells.attrs.get("spt_records"):
+    notes.append(f"{cells.attrs['spt_records']} run(s) fine-tuned after self-pretraining (SPT) are not in this "
+                 "table, which is from scratch only: see \"Self-pretraining (SPT) vs from scratch\".")
   if int(cells["ignored"].sum()):
     notes.append(f"{int(cells['ignored'].sum())} record(s) of other configs (overrides) of the same cells "
                  "are not shown; the config with the most ok seeds is.")

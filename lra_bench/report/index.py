@@ -21,15 +21,16 @@ import numpy as np
 
 import attention_zoo
 from lra_bench.experiments import results
-from lra_bench.report import plots, recall, viz
+from lra_bench.report import plots, pretraining, recall, viz
 from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
 from lra_bench.report.efficiency import EfficiencyGroup, efficiency_groups, family_order, scaling_series
-from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, TASK_TITLES, load_followups,
-                                        load_reference)
+from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, SPT_FILE, TASK_TITLES,
+                                        load_followups, load_reference, load_spt_reference)
 
 
-# The published numbers a --reference_dir holds (reference.load_reference / load_followups read them).
-REFERENCE_FILES = ("lra_paper_accuracy.csv", "lra_paper_efficiency.csv", FOLLOWUPS_FILE)
+# The published numbers a --reference_dir holds (reference.load_reference / load_followups /
+# load_spt_reference read them).
+REFERENCE_FILES = ("lra_paper_accuracy.csv", "lra_paper_efficiency.csv", FOLLOWUPS_FILE, SPT_FILE)
 
 
 def reference_problem(reference_dir: str | None) -> str | None:
@@ -53,7 +54,7 @@ def _environment(records: Sequence[dict]) -> list[str]:
     return sorted({v for v in values if v})
 
   lines = []
-  for kind in ("train", "bench"):
+  for kind in ("train", "pretrain", "bench"):
     rs = [r for r in records if r.get("kind", "train") == kind]
     if not rs:
       continue
@@ -121,7 +122,10 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
   os.makedirs(out_dir, exist_ok=True)
   out = _Out(out_dir)
   train_records = [r for r in records if r.get("kind", "train") == "train"]
-  recall_records = [r for r in train_records if recall.is_recall(r.get("task", ""))]
+  # The recall tables compare runs from scratch (a run fine-tuned after self-pretraining is not one of a
+  # sweep's runs); the accuracy tables read from-scratch runs only too (``accuracy_cells``).
+  recall_records = [r for r in train_records if recall.is_recall(r.get("task", ""))
+                    and results.pretrain_objective(r) == "none"]
   train_records = [r for r in train_records if not recall.is_recall(r.get("task", ""))]
   bench_only = bool(records) and not train_records and not protocols
   # An empty results dir still shows the smoke table ("no data" cells with the commands that fill
@@ -140,6 +144,9 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                *_environment(records), ""]
   accuracy_reports = [_accuracy_section(out, accuracy_report(records, p, reference_acc, results_dir))
                       for p in protocols]
+  spt_protocols = [p for p in protocols if pretraining.has_spt(records, p)]
+  for p in spt_protocols:
+    _spt_section(out, pretraining.spt_report(records, p, load_spt_reference(reference_dir)))
   _recall_sections(out, recall_records, reference_dir)
   if protocols:
     _followups_section(out, load_followups(reference_dir))
@@ -183,6 +190,22 @@ def _accuracy_section(out: _Out, rep: AccuracyReport) -> AccuracyReport:
              f"interval, difference from vanilla, reference, delta), [{out.rel(stem)}.tex]({out.rel(stem)}.tex)."]
   out.section(stem, md)
   return rep
+
+
+def _spt_section(out: _Out, rep: pretraining.SptReport) -> None:
+  """One protocol's SPT-vs-scratch table (``pretraining_<protocol>``) and the published SPT rows."""
+  stem = os.path.join(out.directory, f"pretraining_{rep.protocol}")
+  rep.cells.to_csv(stem + ".csv", index=False)
+  out.written.append(stem + ".csv")
+  tables = [rep.ours] + ([rep.published] if rep.published is not None else [])
+  out.write(stem + ".tex", "".join(t.to_latex() for t in tables))
+  md = [f"## {pretraining.SPT_TITLE} — protocol `{rep.protocol}`", "", rep.ours.to_markdown()]
+  if rep.published is not None:
+    md += ["", rep.published.to_markdown()]
+  md += ["", f"Files: [{out.rel(stem)}.csv]({out.rel(stem)}.csv) (every cell: both sides' seeds, test examples, "
+             f"Wilson intervals, the difference with Newcombe's interval, the steps, the pretraining's accuracy), "
+             f"[{out.rel(stem)}.tex]({out.rel(stem)}.tex)."]
+  out.section(stem, md)
 
 
 def _recall_sections(out: _Out, records: Sequence[dict], reference_dir: str | None) -> None:

@@ -2,8 +2,9 @@
 
 ``lra_paper_accuracy.csv`` / ``lra_paper_efficiency.csv``: LRA Table 1 (accuracy) and Table 2 (speed,
 memory), plus the Combiner paper's Table 5; ``lra_followups_accuracy.csv``: rows published later
-under other protocols (never merged into the LRA ranking). ``reports/reference/README.md`` describes
-each file and its sources.
+under other protocols (never merged into the LRA ranking); ``spt_accuracy.csv``: self-pretraining (SPT)
+against training from scratch as published (``report.pretraining``). ``reports/reference/README.md``
+describes each file and its sources.
 """
 
 from __future__ import annotations
@@ -254,4 +255,19 @@ def load_followups(reference_dir: str | None = None) -> pd.DataFrame:
   path = os.path.join(reference_dir or DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE)
   if not os.path.exists(path):
     return pd.DataFrame(columns=["source", "protocol", "model"])
+  return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+# Self-pretraining (Amos, Berant & Gupta, ICLR 2024): the paper's Transformer from scratch and after SPT.
+SPT_FILE = "spt_accuracy.csv"
+SPT_COLUMNS = ["source", "protocol", "model", "pretraining", *[REFERENCE_COLUMN.get(t, t) for t in TASK_ORDER],
+               "avg", "note"]
+
+
+def load_spt_reference(reference_dir: str | None = None) -> pd.DataFrame:
+  """The rows of ``spt_accuracy.csv`` (columns ``SPT_COLUMNS``; text, empty where the paper has no
+  number); an empty frame if the file is missing."""
+  path = os.path.join(reference_dir or DEFAULT_REFERENCE_DIR, SPT_FILE)
+  if not os.path.exists(path):
+    return pd.DataFrame(columns=SPT_COLUMNS)
   return pd.read_csv(path, dtype=str, keep_default_na=False)

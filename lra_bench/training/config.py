@@ -96,6 +96,19 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
       raise ConfigError(f"override {item!r}: {key!r} cannot be overridden, it names the preset the config "
                         f"comes from; choose it with {FIXED_KEYS[key]} instead")
     parent_key, _, leaf = key.rpartition(".")
+    if parent_key in OPTIONAL_SECTIONS and parent_key not in config:
+      if leaf not in OPTIONAL_SECTIONS[parent_key]:
+        raise ConfigError(f"unknown config key {key!r}; {parent_key} takes: "
+                          f"{', '.join(OPTIONAL_SECTIONS[parent_key])}")
+      with config.unlocked():  # an optional section (its keys' defaults are filled in by load_config)
+        config[parent_key] = ml_collections.ConfigDict()
+    if parent_key in OPTIONAL_SECTIONS and leaf not in config[parent_key]:
+      if leaf not in OPTIONAL_SECTIONS[parent_key]:
+        raise ConfigError(f"unknown config key {key!r}; {parent_key} takes: "
+                          f"{', '.join(OPTIONAL_SECTIONS[parent_key])}")
+      with config[parent_key].unlocked():
+        config[parent_key][leaf] = parse_typed(text, OPTIONAL_SECTIONS[parent_key][leaf])
+      continue
     if key in OPTIONAL_KEYS and leaf not in config_path.get_value(parent_key, config):
       section = config_path.get_value(parent_key, config)
       with section.unlocked():  # an optional key a protocol's config leaves out (its default applies)
@@ -145,6 +158,7 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = (), *, atte
     extend(config)
   config.lock()
   apply_overrides(config, overrides)
+  complete_optional_sections(config)
   validate(config)
   for check in checks:
     check(config)
@@ -224,6 +238,23 @@ OPTIONAL_KEYS: dict[str, type] = {
     "model.mlp_activation": str, "model.head": str, "model.dropout_broadcast_time": bool,
     "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float,
 }
+# Sections a protocol's config leaves out, with the type of each key: a ``--set`` of one of their keys
+# adds the section, and ``complete_optional_sections`` fills in the keys not given (so the configs and
+# hashes of the runs without them are unchanged). ``pretrain``: the self-pretraining stage
+# (``lra_bench.training.pretrain``; ``--pretrain masked`` is ``--set pretrain.objective=masked``).
+OPTIONAL_SECTIONS: dict[str, dict[str, type]] = {
+    "pretrain": {"objective": str, "mask_rate": float, "num_train_steps": int},
+}
+
+
+def complete_optional_sections(config: ml_collections.ConfigDict) -> None:
+  """Fills in the defaults of the optional sections an override added (``OPTIONAL_SECTIONS``); the
+  ``pretrain`` section is removed when its objective is ``none`` (a run from scratch has no section, so
+  ``--pretrain none`` is the preset itself)."""
+  if "pretrain" in config:
+    _complete_pretrain(config)
+
+
 # data.options values that are counts: 0 = no limit
 OPTION_RANGES = {"limit": (0, None), "contour_length": (1, None), "split_seed": (0, MAX_SEED)}
 
@@ -315,6 +346,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _validate_data(config)
   _validate_attention(config)
   _validate_objective(config)
+  if "pretrain" in config:
+    _validate_pretrain(config)
 
 
 def _validate_objective(config: ml_collections.ConfigDict) -> None:
@@ -405,3 +438,111 @@ def _validate_data(config: ml_collections.ConfigDict) -> None:
 def config_hash(config: ml_collections.ConfigDict) -> str:
   """Stable short hash of the whole config (what makes two runs comparable)."""
   return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def causal_form_problem(config: ml_collections.ConfigDict) -> str | None:
+  """Why ``config``'s attention cannot run as configured causal (its ``causal=True`` raises
+  ``NotImplementedError`` when traced at the config's shapes), else None (also when it is not causal).
+
+  Traced with ``jax.eval_shape``, never compiled: milliseconds per core.
+  """
+  kwargs = config.model.attention_kwargs.to_dict()
+  if kwargs.get("causal") is not True:
+    return None
+  import jax
+  import jax.numpy as jnp
+
+  keys = {name: jax.random.PRNGKey(i) for i, name in enumerate(("params", "dropout", "attention"))}
+  mask = jax.ShapeDtypeStruct((1, config.data.max_length), jnp.bool_)
+  if attention_zoo.is_mixer(config.model.attention):  # a sequence mixer: x [B, L, D]
+    x = jax.ShapeDtypeStruct((1, config.data.max_length, config.model.emb_dim), jnp.float32)
+    mixer = attention_zoo.create_mixer(config.model.attention, **kwargs)
+    init = lambda x, m: mixer.init(keys, x, m, deterministic=True)
+    args = (x, mask)
+  else:
+    heads = config.model.num_heads
+    q = jax.ShapeDtypeStruct((1, config.data.max_length, heads, config.model.qkv_dim // heads), jnp.float32)
+    core = attention_zoo.create_attention(config.model.attention, **kwargs)
+    init = lambda q, m: core.init(keys, q, q, q, mask=m, deterministic=True)
+    args = (q, mask)
+  try:
+    jax.eval_shape(init, *args)
+  except NotImplementedError as err:
+    return str(err).split("\n")[0]
+  return None
+
+
+# The self-pretraining section (``lra_bench.training.pretrain`` runs it).
+PRETRAIN_OBJECTIVES = ("masked", "causal")
+# The paper's masking rates (Section 3; their configs' ``mlm_prob``).
+MASK_RATES = {"listops": 0.10, "text": 0.15, "retrieval": 0.15, "image": 0.50, "pathfinder": 0.50, "pathx": 0.50}
+DEFAULT_MASK_RATE = 0.15  # a task the paper did not run
+
+
+def _complete_pretrain(config: ml_collections.ConfigDict) -> None:
+  """Fills in the ``pretrain`` section's defaults (``lra_bench.training.pretrain``'s docstring); removes
+  it for objective ``none``."""
+  section = config.pretrain
+  objective = section.get("objective", "masked")
+  with config.unlocked():
+    if objective == "none":
+      given = sorted(set(section.keys()) - {"objective"})
+      if given:
+        raise ConfigError(f"pretrain.objective='none' (from scratch) takes no other pretrain key; got "
+                          f"pretrain.{given[0]}")
+      del config["pretrain"]
+      return
+  with section.unlocked():
+    section.objective = objective
+    if objective == "masked" and "mask_rate" not in section:
+      section.mask_rate = MASK_RATES.get(config.task, DEFAULT_MASK_RATE)
+    if "num_train_steps" not in section:
+      section.num_train_steps = config.num_train_steps
+
+
+def _validate_pretrain(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError (one line: the key, the value, what is allowed) unless ``config.pretrain`` can run."""
+  section = config.pretrain
+  objective = section.objective
+  if objective not in PRETRAIN_OBJECTIVES:
+    fail("pretrain.objective", objective, f"one of none, {', '.join(PRETRAIN_OBJECTIVES)}")
+  task = tasks_lib.get_task(config.task)
+  if task.objective != "classification":
+    fail("pretrain.objective", objective, f"none: task {config.task!r} is itself next-token prediction, "
+         "there is no classifier to fine-tune")
+  check_number("pretrain.num_train_steps", section.num_train_steps, INT, 1, None, ">= 1")
+  if objective == "masked":
+    check_number("pretrain.mask_rate", section.mask_rate, FLOAT, 0.0, 1.0, "in (0, 1)", open_low=True,
+                 open_high=True)
+    return
+  if "mask_rate" in section:
+    fail("pretrain.mask_rate", section.mask_rate, "no value: causal pretraining masks nothing")
+  name = config.model.attention
+  if config.model.attention_kwargs.get("causal") is not True:
+    problem = _causal_form_problem(config, force=True)
+    if problem:
+      raise ConfigError(f"{name!r} has no causal form, so it cannot do causal SPT ({problem}); use "
+                        "--pretrain masked")
+    fail("model.attention_kwargs.causal", config.model.attention_kwargs.get("causal"),
+         "True: causal SPT trains a causal model (add --set model.attention_kwargs.causal=True), or use "
+         "--pretrain masked")
+  problem = _causal_form_problem(config)
+  if problem:
+    raise ConfigError(f"{name!r} has no causal form, so it cannot do causal SPT ({problem}); use "
+                      "--pretrain masked")
+  if config.model.pooling == "CLS":
+    fail("model.pooling", "CLS", "MEAN, SUM or MAX with causal SPT: the CLS vector is the first position, "
+         "so a causal model gives it nothing of the sequence")
+
+
+def _causal_form_problem(config: ml_collections.ConfigDict, force: bool = False) -> str | None:
+  """Why the config's layer cannot run causal (None if it can); ``force``: as if it were set causal."""
+  if force:
+    config = ml_collections.ConfigDict(config.to_dict())
+    try:
+      attention_zoo.layer_config(config.model.attention, **{**config.model.attention_kwargs.to_dict(),
+                                                            "causal": True})
+    except (TypeError, ValueError) as err:
+      return str(err).splitlines()[0]
+    config.model.attention_kwargs.causal = True
+  return causal_form_problem(config)

@@ -39,7 +39,7 @@ import attention_zoo
 import tasks as tasks_lib
 from lra_bench import files
 from lra_bench.errors import UserError
-from lra_bench.training import optim, parallel, steps, xla_stats
+from lra_bench.training import optim, parallel, pretrain, steps, xla_stats
 from lra_bench.training.checkpoints import Checkpoints
 
 
@@ -113,20 +113,23 @@ class Placed:
 
 
 def place(config: ml_collections.ConfigDict, model, tx: optax.GradientTransformation, mesh,
-          example: dict[str, np.ndarray]) -> Placed:
+          example: dict[str, np.ndarray], prepare=None, prepare_key=None) -> Placed:
   """Creates the state on ``mesh`` (``config.param_sharding``) and jits both steps with its shardings.
 
-  ``example`` is any batch of the right per-example shapes (only its shapes are used).
+  ``example`` is any batch of the right per-example shapes (only its shapes are used). ``prepare`` /
+  ``prepare_key``: the batch transform of both steps (``steps.train_step``; the pretraining stage's).
   """
   shardings_of = functools.partial(parallel.state_shardings, mesh=mesh, param_sharding=config.param_sharding)
+  if prepare is not None:  # the model is initialised with the batches it will see
+    example = jax.tree.map(np.asarray, jax.jit(prepare)(example, prepare_key))
   state = steps.init_state(config, model, tx, example, shardings=shardings_of)
   state_shardings = shardings_of(state)
   data, replicated = parallel.batch_sharding(mesh), parallel.replicated(mesh)
   train_fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx,
-                                       accumulate_steps=config.accumulate_steps),
+                                       accumulate_steps=config.accumulate_steps, prepare=prepare),
                      in_shardings=(state_shardings, data), out_shardings=(state_shardings, replicated),
                      donate_argnums=0)
-  eval_fn = jax.jit(functools.partial(steps.eval_step, model=model),
+  eval_fn = jax.jit(functools.partial(steps.eval_step, model=model, prepare=prepare, prepare_key=prepare_key),
                     in_shardings=(state_shardings.params, state_shardings.model_state, data),
                     out_shardings=replicated)
   return Placed(mesh, state, state_shardings, train_fn, eval_fn)
@@ -200,12 +203,18 @@ class Data:
 
   @classmethod
   def load(cls, config: ml_collections.ConfigDict, task: tasks_lib.Task, data_dir: str,
-           local_batch_size: int) -> "Data":
+           local_batch_size: int, indexed: bool = False) -> "Data":
+    """``indexed``: each example also carries ``index``, its position in its split (the pretraining
+    stage's masks are keyed by it)."""
     options = dict(config.data.options)
     if config.model.get("input_kind", "tokens") == "pixels":
       options["input_kind"] = "pixels"  # one knob: the model's input kind picks the task's inputs
     examples = {split: task.examples(data_dir, split, max_length=config.data.max_length, **options)
                 for split in tasks_lib.SPLITS}
+    if indexed:
+      tf = tasks_lib.base.import_tf()
+      examples = {split: dataclasses.replace(ex, dataset=ex.dataset.enumerate().map(
+          lambda i, example: {**example, "index": tf.cast(i, tf.int32)})) for split, ex in examples.items()}
     batched = functools.partial(tasks_lib.base.batched, batch_size=local_batch_size, seed=config.seed,
                                 shuffle_buffer=config.data.shuffle_buffer, num_shards=jax.process_count(),
                                 shard_index=jax.process_index())
@@ -225,8 +234,13 @@ class Data:
 class Run:
   """The state of one training run between its steps (see the module docstring)."""
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str, data_dir: str, devices=None):
-    self.config, self.wall_start = config, time.perf_counter()
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, data_dir: str, devices=None, *,
+               stage: str = "train", init_from=None):
+    """``stage``: ``train`` (the task's model) or ``pretrain`` (the self-pretraining model and batches,
+    ``pretrain``); ``init_from()``: the pretrained ``{params, model_state}`` a fresh ``train`` run starts
+    its encoder from (``init_from(run)``: called with this run once its data are loaded; not called when
+    the run resumes its own checkpoint)."""
+    self.config, self.wall_start, self.stage = config, time.perf_counter(), stage
     workdir, data_dir = files.absolute(workdir), files.absolute(data_dir)
     self.mesh = parallel.make_mesh(devices)
     self.layout = parallel.batch_split(config.batch_size, config.accumulate_steps, self.mesh.size,
@@ -235,13 +249,20 @@ class Run:
     self.checkpoints = Checkpoints(workdir, config)
     self.checkpoints.check_config()  # refuse another config's checkpoints before loading any data
     task = tasks_lib.get_task(config.task)
-    self.data = Data.load(config, task, data_dir, self.layout["per_process_batch_size"])
-    model = steps.create_model(config, task, self.data.examples["train"].vocab_size)
+    self.data = Data.load(config, task, data_dir, self.layout["per_process_batch_size"],
+                          indexed=stage == "pretrain")
+    vocab_size = self.data.examples["train"].vocab_size
+    if stage == "pretrain":
+      model = pretrain.create_model(config, task, vocab_size)
+      prepare, prepare_key = pretrain.batch_preparer(config, task, vocab_size), pretrain.eval_key(config)
+    else:
+      model, prepare, prepare_key = steps.create_model(config, task, vocab_size), None, None
     self.placed = place(config, model, optim.make_optimizer(config.optimizer), self.mesh,
-                        steps.example_batch(self.data.train.element_spec, 2))
+                        steps.example_batch(self.data.train.element_spec, 2), prepare, prepare_key)
     self.state = self.placed.state
     self.saved_step = 0  # the step of the last committed checkpoint (what a rerun resumes from)
     self.num_params = int(sum(x.size for x in jax.tree.leaves(self.state.params)))
+    self.transferred: dict[str, Any] | None = None
     logging.info("model has %d parameters", self.num_params)
     self.to_global = functools.partial(parallel.global_batch, mesh=self.mesh)
     self.train_iter = iter(self.data.train)
@@ -249,6 +270,8 @@ class Run:
     self.progress = {"best_val_accuracy": -1.0, "best_step": 0, "train_seconds": 0.0, "timed_steps": 0,
                      "wall_seconds": 0.0}
     self._resume()
+    if init_from is not None and self.saved_step == 0:
+      self._start_from(init_from(self))
     global_shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct((config.batch_size, *x.shape[1:]), x.dtype),
                                  steps.example_batch(self.data.train.element_spec, 0))
     self.compiled, self.compile_seconds, self.analysis = compile_train_step(self.placed, self.state,
@@ -274,6 +297,23 @@ class Run:
       # WARNING: shown by default, so a rerun says it continued rather than started over.
       logging.warning("resumed from step %d of the checkpoint in %s", int(self.state.step),
                       self.checkpoints.root)
+
+  def _start_from(self, pretrained: dict[str, Any]) -> None:
+    """The fresh state with every parameter (and model state) the pretrained model shares with it."""
+    params, taken, fresh = pretrain.transfer(pretrained["params"], jax.device_get(self.state.params))
+    model_state, state_taken, _ = pretrain.transfer(pretrained.get("model_state") or {},
+                                                    jax.device_get(self.state.model_state))
+    if not taken:
+      raise TrainingError("the pretrained model shares no parameter with this model; were both stages "
+                          "run with the same model settings?")
+    self.state = jax.device_put(self.state.replace(params=params, model_state=model_state),
+                                self.placed.state_shardings)
+    count = lambda tree, keys: int(sum(np.size(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+                                       if jax.tree_util.keystr(path) in keys))
+    self.transferred = {"params": count(params, set(taken)), "fresh_params": count(params, set(fresh)),
+                        "fresh": fresh, "model_state": len(state_taken)}
+    logging.info("started from the pretrained encoder: %d parameters taken, %d fresh (%s)",
+                 self.transferred["params"], self.transferred["fresh_params"], ", ".join(fresh))
 
   def evaluate(self, split: str, params, model_state, max_batches: int = -1) -> dict[str, float]:
     return evaluate(self.placed.eval_step, params, model_state, getattr(self.data, split),
@@ -428,6 +468,8 @@ class Run:
         "compiled_memory_bytes": self.analysis["compiled_memory_bytes"],
         "compiled_temp_bytes": self.analysis["temp_bytes"], "flops_per_step": self.analysis["flops"],
         "data": self.data.stats(),
+        **({"transferred_params": self.transferred["params"], "fresh_params": self.transferred["fresh_params"]}
+           if self.transferred else {}),
     }
 
 
@@ -439,12 +481,13 @@ def _summary_writer(workdir: str):
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
-                       devices=None) -> dict[str, Any]:
+                       devices=None, *, stage: str = "train", init_from=None) -> dict[str, Any]:
   """Trains ``config`` in ``workdir`` (resuming if a checkpoint is there); returns its measurements.
 
   Data-parallel over ``devices`` (default: every device of every process; see ``parallel``). ``config``
-  comes from ``config.load_config``, which validated it.
+  comes from ``config.load_config``, which validated it. ``stage`` / ``init_from``: ``Run``'s (the
+  self-pretraining stages, ``lra_bench.experiments.cell``).
   """
-  run = Run(config, workdir, data_dir, devices)
+  run = Run(config, workdir, data_dir, devices, stage=stage, init_from=init_from)
   run.train()
   return run.test()

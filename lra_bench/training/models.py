@@ -207,11 +207,18 @@ class Encoder(nn.Module):
   embed: nn.Module | None = None  # a shared embedding (a language model's tied output layer); else its own
 
   @nn.compact
-  def __call__(self, inputs, deterministic: bool):
+  def __call__(self, inputs, deterministic: bool, pixel_mask=None):
+    """``pixel_mask`` (bool [B, T], float pixels only; the masked self-pretraining stage): the masked
+    positions (their inputs zeroed by the caller) get a learned vector ``pixel_mask_embedding`` added to
+    their projection: the same function as the SPT paper's dense projection of [x·(1 − m), m], whose mask
+    column is that vector; fine-tuning, without a mask, leaves it out."""
     c = self.config
     if c.get("input_kind", "tokens") == "pixels":  # the kind was checked by training.config.validate
       mask = jnp.ones(inputs.shape, bool)
       x = nn.Dense(c.emb_dim, dtype=self.dtype, name="pixel_projection")(inputs[..., None].astype(self.dtype))
+      if pixel_mask is not None:
+        vector = self.param("pixel_mask_embedding", nn.initializers.normal(0.02), (c.emb_dim,))
+        x = x + pixel_mask[..., None].astype(self.dtype) * vector.astype(self.dtype)
     else:
       if not jnp.issubdtype(inputs.dtype, jnp.integer):
         raise TypeError(f"model.input_kind='tokens' needs integer inputs, got {inputs.dtype}")
@@ -305,3 +312,37 @@ class LanguageModel(nn.Module):
     if c.get("tie_embeddings", False):
       return embed.attend(h.astype(jnp.float32)).astype(jnp.float32)
     return nn.Dense(self.vocab_size, dtype=self.dtype, name="lm_head")(h).astype(jnp.float32)
+
+
+class Pretrainer(nn.Module):
+  """The self-pretraining model (``lra_bench.training.pretrain``): the classifier's encoder (the same
+  ``encoder`` parameters, so fine-tuning starts from them) with a prediction head at every position
+  instead of pooling and classifying.
+
+  Token inputs: logits [B, T, V] over the task's vocabulary (``vocab_size``; the encoder's embedding has
+  one more row, the mask id ``vocab_size``). Float pixels: one value per position [B, T] (the L1
+  regression of the masked, or next, pixel); ``pixel_tolerance`` (> 0) is half an intensity level in the
+  input's units, the "correct" of its accuracy. Two-input tasks: both documents, outputs concatenated
+  along the length. A prepended CLS vector's output is dropped (it predicts nothing).
+  """
+
+  config: Any
+  vocab_size: int
+  dual_input: bool = False
+  pixel_tolerance: float = 0.0
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, batch: Mapping[str, jax.Array], *, deterministic: bool = True):
+    c = self.config
+    pixels = c.get("input_kind", "tokens") == "pixels"
+    encoder = Encoder(c, self.vocab_size + (0 if pixels else 1), self.dtype, name="encoder")
+    names = ("inputs1", "inputs2") if self.dual_input else ("inputs",)
+    features = []
+    for name in names:
+      x, _ = encoder(batch[name], deterministic, pixel_mask=batch.get(f"{name}_pixel_mask"))
+      features.append(x[:, 1:] if c.pooling == "CLS" else x)
+    h = jnp.concatenate(features, axis=1)
+    if pixels:
+      return nn.Dense(1, dtype=self.dtype, name="pixel_head")(h)[..., 0].astype(jnp.float32)
+    return nn.Dense(self.vocab_size, dtype=self.dtype, name="token_head")(h).astype(jnp.float32)

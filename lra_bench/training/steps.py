@@ -23,6 +23,7 @@ import tasks as tasks_lib
 from lra_bench.training import models, xla_stats
 
 AUX_LOSSES = "losses"  # the flax collection auxiliary losses are sown into
+PREPARE_STREAM = 1 << 20  # fold_in of a step's key that ``prepare`` draws from (dropout uses the key itself)
 
 
 @flax.struct.dataclass
@@ -57,12 +58,34 @@ def per_label(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Arr
   return cross_entropy(logits, safe), correct, weight
 
 
-def mean_loss_and_accuracy(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+def regression_terms(predictions: jax.Array, batch: dict[str, jax.Array], tolerance: float):
+  """(L1 error, correct, weight) per slot of a regression batch: ``targets`` float values,
+  ``target_weights`` 1 where a slot is labelled (a masked pixel); correct: within ``tolerance`` (half an
+  intensity level in the model's input units)."""
+  error = jnp.abs(predictions.astype(jnp.float32) - batch["targets"])
+  return error, (error < tolerance).astype(jnp.float32), batch["target_weights"]
+
+
+def label_terms(model: nn.Module, outputs: jax.Array, batch: dict[str, jax.Array]):
+  """(loss, correct, weight) per label slot of ``batch``: ``per_label`` (cross-entropy over classes or
+  tokens), or, for a model that regresses pixel values (``model.pixel_tolerance > 0``: the pretraining
+  model on float pixels), ``regression_terms``."""
+  tolerance = getattr(model, "pixel_tolerance", 0.0)
+  if tolerance:
+    return regression_terms(outputs, batch, tolerance)
+  return per_label(outputs, batch["targets"])
+
+
+def mean_loss_and_accuracy(logits: jax.Array, targets: jax.Array, *, model: nn.Module | None = None,
+                           batch: dict[str, jax.Array] | None = None) -> tuple[jax.Array, jax.Array]:
   """Mean cross-entropy and accuracy over the labels of a batch (classification: over its examples;
-  next-token: over its labelled slots, as Zoology's token-level mean)."""
-  ce, correct, weight = per_label(logits, targets)
+  next-token and masked-token: over its labelled slots, as Zoology's token-level mean)."""
+  if model is not None:
+    loss, correct, weight = label_terms(model, logits, batch)
+  else:
+    loss, correct, weight = per_label(logits, targets)
   total = jnp.maximum(jnp.sum(weight), 1.0)
-  return jnp.sum(ce * weight) / total, jnp.sum(correct * weight) / total
+  return jnp.sum(loss * weight) / total, jnp.sum(correct * weight) / total
 
 
 def with_aux_losses(loss: jax.Array, variables) -> jax.Array:
@@ -87,9 +110,13 @@ def _micro_batches(batch: dict[str, jax.Array], accumulate_steps: int) -> dict[s
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Module,
-               tx: optax.GradientTransformation,
-               accumulate_steps: int = 1) -> tuple[TrainState, dict[str, jax.Array]]:
+               tx: optax.GradientTransformation, accumulate_steps: int = 1,
+               prepare=None) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer step on ``batch``; dropout/attention randomness from fold_in(state.rng, step).
+
+  ``prepare(batch, key)``: a pure transform of the batch before the model sees it, with its own key
+  (fold_in(key of the step, 1 << 20)): the self-pretraining stage masks the inputs and replaces the
+  targets there (``lra_bench.training.pretrain``).
 
   With ``accumulate_steps = A > 1`` the batch is A equal micro-batches (``_micro_batches``) run one
   after another in a ``lax.scan`` (so only one micro-batch's activations are alive); their mean
@@ -97,6 +124,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Modu
   steps once. Micro-batch ``a`` draws its randomness from fold_in(key of the step, a).
   """
   step_rng = jax.random.fold_in(state.rng, state.step)
+  if prepare is not None:
+    batch = prepare(batch, jax.random.fold_in(step_rng, PREPARE_STREAM))
   mutable = [*state.model_state, AUX_LOSSES]
 
   def grads_of(params, model_state, micro_batch, rng):
@@ -106,7 +135,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Modu
       logits, updated = model.apply(_variables(params, model_state), micro_batch, deterministic=False,
                                     rngs={"dropout": dropout_rng, "attention": attention_rng},
                                     mutable=mutable)
-      task_loss, accuracy = mean_loss_and_accuracy(logits, micro_batch["targets"])
+      task_loss, accuracy = mean_loss_and_accuracy(logits, micro_batch["targets"], model=model,
+                                                   batch=micro_batch)
       loss = with_aux_losses(task_loss, updated)
       return loss, (accuracy, {name: updated[name] for name in model_state})
 
@@ -139,13 +169,17 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Modu
   return new_state, metrics
 
 
-def eval_step(params, model_state, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:
+def eval_step(params, model_state, batch: dict[str, jax.Array], *, model: nn.Module,
+              prepare=None, prepare_key=None) -> dict[str, jax.Array]:
   """Sums over the real examples of ``batch`` (``weights`` [B] marks them): loss, correct and count over
-  their labels (one per example in classification; the labelled slots in next-token tasks), and
-  ``examples``."""
+  their labels (one per example in classification; the labelled slots in next-token tasks and in
+  pretraining), and ``examples``. ``prepare``: as ``train_step``'s, with the fixed key ``prepare_key``
+  (every evaluation masks an example the same way)."""
+  if prepare is not None:
+    batch = prepare(batch, prepare_key)
   logits = model.apply(_variables(params, model_state), batch, deterministic=True)
   weights = batch["weights"]
-  ce, correct, weight = per_label(logits, batch["targets"])
+  ce, correct, weight = label_terms(model, logits, batch)
   weight = weight * weights.reshape(weights.shape + (1,) * (weight.ndim - 1))
   return {"loss": jnp.sum(ce * weight), "correct": jnp.sum(correct * weight), "count": jnp.sum(weight),
           "examples": jnp.sum(weights)}
