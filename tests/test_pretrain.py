@@ -322,3 +322,72 @@ def test_a_failed_pretraining_fails_the_fine_tuning_with_its_reason(listops_dir,
   assert record["error"].startswith(f"the self-pretraining run in {tmp_path / 'w' / 'pretrain'} ended 'failed': "
                                     "loss became nan by step 4")
   assert record["pretrain"]["status"] == "failed"
+
+
+# ------------------------------------------------------------------------------- every layer, both objectives
+
+
+def _layers():
+  import attention_zoo
+
+  return attention_zoo.list_layers()
+
+
+@pytest.mark.parametrize("name", _layers())
+def test_every_layer_pretrains_masked_and_causal_where_it_has_a_causal_form(name):
+  """Each registered attention core and sequence mixer: one masked pretraining step traces (shapes only,
+  nothing compiled) at the smoke size; causal SPT is either accepted and traces too, or refused in one
+  line saying the layer has no causal form."""
+  task = tasks_lib.get_task("listops")
+  sizes = tiny_overrides(**{"model.pooling": "MEAN"})
+  configs = [config_lib.load_config("smoke", "listops", [*sizes, "pretrain.objective=masked"], attention=name)]
+  try:
+    configs.append(config_lib.load_config("smoke", "listops", [*sizes, "pretrain.objective=causal",
+                                                               "model.attention_kwargs.causal=True"],
+                                          attention=name))
+  except ConfigError as err:
+    assert str(err).startswith(f"{name!r} has no causal form, so it cannot do causal SPT") or \
+        "model.attention_kwargs: " in str(err), str(err)
+    assert "\n" not in str(err)
+  for config in configs:
+    model, prepare = pretrain.create_model(config, task), pretrain.batch_preparer(config, task)
+    tx = optim.make_optimizer(config.optimizer)
+    batch = {"inputs": np.ones((2, 64), np.int32), "targets": np.zeros(2, np.int32),
+             "index": np.arange(2, dtype=np.int32)}
+    example = jax.eval_shape(prepare, batch, jax.random.PRNGKey(0))
+    example = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), example)
+    state = jax.eval_shape(steps.state_initializer(config, model, tx, example))
+    _, metrics = jax.eval_shape(lambda s, b: steps.train_step(s, b, model=model, tx=tx, prepare=prepare),
+                                state, batch)
+    assert metrics["loss"].shape == ()
+
+
+# ---------------------------------------------------------------------------------------------------- suite
+
+
+def test_the_suite_runs_each_cell_from_scratch_and_after_spt_sharing_pretrainings(tmp_path):
+  from lra_bench.experiments import suite
+
+  results_dir = str(tmp_path)
+  sweeps = suite.parse_sweeps([], pretrain="none,masked")
+  cells, _ = suite.plan("smoke", ["listops"], ["vanilla", "s4d"], [0], results_dir, sweeps=sweeps)
+  assert [c.name for c in cells] == ["listops/vanilla/seed0[pretrain=none]", "listops/vanilla/seed0[pretrain=masked]",
+                                     "listops/s4d/seed0[pretrain=none]", "listops/s4d/seed0[pretrain=masked]"]
+  scratch, spt = cells[0], cells[1]
+  assert "pretrain" not in scratch.config and scratch.pretrain_workdir is None
+  assert config_lib.config_hash(scratch.config) == config_lib.config_hash(config_lib.load_config("smoke", "listops"))
+  pre_hash = config_lib.config_hash(pretrain.pretrain_config(spt.config))
+  assert spt.pretrain_workdir == os.path.join(results_dir, "runs", "smoke", "listops", "vanilla", "pretrain",
+                                              f"seed0_{pre_hash}")
+  # fine-tunings of another length share the pretraining (its length given: by default it is the run's);
+  # another mask rate does not
+  assert spt.config.pretrain.num_train_steps == 60
+  longer, _ = suite.plan("smoke", ["listops"], ["vanilla"], [0], results_dir,
+                         ["num_train_steps=90", "pretrain.num_train_steps=60"],
+                         suite.parse_sweeps([], pretrain="masked"))
+  other, _ = suite.plan("smoke", ["listops"], ["vanilla"], [0], results_dir, ["pretrain.mask_rate=0.3"],
+                        suite.parse_sweeps([], pretrain="masked"))
+  assert longer[0].workdir != spt.workdir and longer[0].pretrain_workdir == spt.pretrain_workdir
+  assert other[0].pretrain_workdir != spt.pretrain_workdir
+  with pytest.raises(ConfigError, match=r"--pretrain 'masked,mlm': expected a comma list of none, masked, causal"):
+    suite.parse_sweeps([], pretrain="masked,mlm")
