@@ -264,6 +264,8 @@ def test_the_records_are_linked(straight):
   assert link["workdir"] == pre["workdir"] and link["best_step"] == pre["best_step"]
   assert link["best_val_accuracy"] == pre["best_val_accuracy"] and link["objective"] == "masked"
   assert link["mask_rate"] == 0.1 and link["train_steps"] == 8
+  # the masked positions' cross-entropy over the 17-token vocabulary: below a uniform guess's log(17)
+  assert link["test_loss"] == pre["test_loss"] and 0.5 < pre["test_loss"] < np.log(17)
   assert results.pretrain_objective(record) == "masked" and record["config_hash"] != pre["config_hash"]
   # the classifier started from the encoder: every parameter but the head's was taken
   assert record["transferred_params"] > 0 and record["fresh_params"] > 0

@@ -272,13 +272,13 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, data_dir: str
 
 
 PRETRAIN_LINK_FIELDS = ("status", "config_hash", "workdir", "best_step", "best_val_accuracy", "test_accuracy",
-                        "train_steps")
+                        "test_loss", "train_steps")
 
 
 def pretrain_link(pre_record: dict[str, Any]) -> dict[str, Any]:
   """What a fine-tuning record says of its pretraining run: the objective, the mask rate, and the
   pretraining record's status, config hash, workdir, best step, masked-position (or next-token) accuracy on
-  validation and test, and steps."""
+  validation and test, test loss, and steps."""
   section = pre_record["config"]["pretrain"]
   return {"objective": section["objective"], "mask_rate": section.get("mask_rate"),
           **{name: pre_record.get(name) for name in PRETRAIN_LINK_FIELDS}}

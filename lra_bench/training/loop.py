@@ -457,6 +457,7 @@ class Run:
     c, speed = self.config, self.timer.steps_per_second
     return {
         "test_accuracy": test_best["accuracy"], "test_accuracy_last": test_last["accuracy"],
+        "test_loss": test_best["loss"],  # mean over the labels (cross-entropy; the L1 of a pixel pretraining)
         "test_examples": test_best["examples"], "test_labels": test_best["count"],
         "best_val_accuracy": self.best_val, "best_step": best_step,
         "train_steps": int(self.state.step), "num_params": self.num_params, "steps_per_second": speed,
