@@ -53,8 +53,8 @@ REQUIRED = {"task": str, "attention": str, "protocol": str, "seed": int, "status
 # accuracies reads it.
 KINDS = ("train", "bench", "pretrain")
 # Optional fields read as numbers by the report (null where unknown).
-NUMBERS = ("test_accuracy", "test_accuracy_last", "test_loss", "test_examples", "test_labels", "best_val_accuracy", "best_step",
-           "train_steps", "num_params", "steps_per_second", "examples_per_second", "compile_seconds",
+NUMBERS = ("test_accuracy", "test_accuracy_last", "test_loss", "test_examples", "test_labels", "best_val_accuracy",
+           "best_step", "train_steps", "num_params", "steps_per_second", "examples_per_second", "compile_seconds",
            "wall_seconds", "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length",
            "batch_size", "num_devices", "num_processes", "step_seconds_median", "step_seconds_q25",
            "step_seconds_q75", "peak_rss_bytes")
