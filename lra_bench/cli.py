@@ -47,7 +47,6 @@ START = ("start with: ./run_all.sh (the whole smoke suite, bench and report), or
          "  lra-bench data prepare listops --protocol smoke && lra-bench train --task listops "
          "--protocol smoke --workdir runs/demo")
 LISTINGS = ("attentions", "tasks", "protocols")
-PRETRAIN_CHOICES = ("none", "masked", "causal")  # lra_bench.training.pretrain (none: from scratch)
 # suite flag (its argparse name) -> key of suite.run_suite(launcher_options=...): launcher.FLAGS inverted
 LAUNCHER_OPTIONS = {flag.lstrip("-"): key for key, flag in LAUNCHER_FLAGS.items()}
 PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_expression_length", "overwrite",
@@ -357,9 +356,9 @@ def _add_train(commands, common) -> None:
   p.add_argument("--results_dir", type=output_dir, help="also append the record to "
                  "<results_dir>/results.jsonl")
   _add_overrides(p, "the run")
-  p.add_argument("--pretrain", choices=PRETRAIN_CHOICES, help="self-pretrain the encoder on the task's "
-                 "training inputs first (masked denoising, or next-token prediction for a causal model), "
-                 "then fine-tune the classifier from it; = --set pretrain.objective=... (default: none)")
+  p.add_argument("--pretrain", type=text_value, metavar="none|masked|causal", help="self-pretrain the encoder "
+                 "on the task's training inputs first (masked denoising, or next-token prediction for a causal "
+                 "model), then fine-tune the classifier from it; = --set pretrain.objective=... (default: none)")
   p.add_argument("--pretrain_workdir", type=output_dir, help="the pretraining run's directory (default: "
                  "<workdir>/pretrain); a finished pretraining there is reused")
   p.add_argument("--force", action=BoolFlag, default=False, help="rerun a finished run from scratch")

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator
 import ml_collections
 
 from lra_bench import errors, files
-from lra_bench.training.config import config_hash
+from lra_bench.training.config import PRETRAIN_OBJECTIVES, config_hash
 
 STATUSES = ("ok", "failed", "oom", "no_data")
 TERMINAL = ("ok", "oom", "no_data")  # a suite does not rerun these; "failed" runs are retried
@@ -109,8 +109,6 @@ def setting_hash(record: dict[str, Any]) -> str | None:
   setting = {key: value for key, value in config.items() if key != "seed"}
   return hashlib.sha256(json.dumps(setting, sort_keys=True).encode()).hexdigest()[:12]
 
-
-PRETRAIN_OBJECTIVES = ("masked", "causal")
 
 
 def pretrain_objective(record: dict[str, Any]) -> str:

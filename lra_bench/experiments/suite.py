@@ -94,7 +94,7 @@ def protocol_sweep(protocol: str, task: str) -> dict[str, list[dict[str, Any]]]:
   return {axis: [dict(point) for point in points] for axis, points in (declared(task) if declared else {}).items()}
 
 
-PRETRAIN_CHOICES = ("none", "masked", "causal")
+PRETRAIN_CHOICES = ("none", *config_lib.PRETRAIN_OBJECTIVES)  # none: from scratch
 
 
 def parse_sweeps(items: Sequence[str] | None, pretrain: str | None = None) -> dict[str, list[dict[str, Any]]]:
