@@ -44,6 +44,19 @@ def _alive(pid: int) -> bool:
   return False
 
 
+def _open_files(pid: int) -> list[str]:
+  """The paths of ``pid``'s open descriptors. A starting process opens and closes files (imports, TF's
+  and JAX's start-up) while this reads them: a descriptor gone between the listing and its readlink was
+  not the claim, which the process holds from its first instruction to its exit."""
+  paths = []
+  for fd in os.listdir(f"/proc/{pid}/fd"):
+    try:
+      paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    except FileNotFoundError:
+      continue
+  return paths
+
+
 def _wait(condition, seconds: float) -> bool:
   """Polls ``condition`` until it holds or ``seconds`` pass (a bound on waiting, not a timing check)."""
   deadline = time.monotonic() + seconds
@@ -82,8 +95,7 @@ def test_isolated_cell_dies_with_its_suite(listops_dir, tmp_path, signum):
   proc, child, cell = _start_isolated_suite(listops_dir, results_dir)
   try:
     assert not _free(results_dir, cell)  # the running cell is claimed, by its trainer too:
-    held = [os.readlink(f"/proc/{child}/fd/{fd}") for fd in os.listdir(f"/proc/{child}/fd")]
-    assert suite.lock_path(results_dir, cell) in held
+    assert suite.lock_path(results_dir, cell) in _open_files(child)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=300)
     assert _wait(lambda: not _alive(child), 120), "the cell's trainer outlived its suite"
