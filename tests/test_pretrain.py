@@ -393,3 +393,29 @@ def test_the_suite_runs_each_cell_from_scratch_and_after_spt_sharing_pretraining
   assert other[0].pretrain_workdir != spt.pretrain_workdir
   with pytest.raises(ConfigError, match=r"--pretrain 'masked,mlm': expected a comma list of none, masked, causal"):
     suite.parse_sweeps([], pretrain="masked,mlm")
+
+
+def test_a_pretraining_that_changes_nothing_reproduces_the_run_from_scratch(listops_dir, tmp_path):
+  """One pretraining step at learning rate 0 (the warmup's first) leaves the initial parameters as they
+  are, and the classifier's parameters are initialised from the same key: its encoder taken from that
+  pretraining (the embedding without its mask row, which the same random stream fills first) must be the
+  from-scratch run's, so the fine-tuning must end exactly where the run from scratch does. A transfer that
+  moved, dropped a row wrongly or re-cast a parameter, or a fine-tuning that started anywhere but step 0,
+  would not."""
+  scratch_config = config_lib.load_config("smoke", "listops", tiny_overrides(num_train_steps=8, eval_every=4))
+  spt_config = config_lib.load_config("smoke", "listops", tiny_overrides(
+      num_train_steps=8, eval_every=4, **{"pretrain.objective": "masked", "pretrain.num_train_steps": 1}))
+  scratch = cell.train_cell(scratch_config, str(tmp_path / "scratch"), listops_dir)
+  spt = cell.train_cell(spt_config, str(tmp_path / "spt"), listops_dir)
+  assert scratch["status"] == spt["status"] == "ok", (scratch["error"], spt["error"])
+  assert spt["pretrain"]["train_steps"] == 1 and spt["transferred_params"] > 0
+  assert {k: spt[k] for k in COMPARED} == {k: scratch[k] for k in COMPARED}
+  import orbax.checkpoint as ocp
+
+  def last_params(workdir):
+    with ocp.CheckpointManager(os.path.join(workdir, "checkpoints", "last")) as mngr:
+      state = mngr.restore(8, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+    return jax.tree.leaves(state["params"])
+
+  for a, b in zip(last_params(spt["workdir"]), last_params(scratch["workdir"])):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
