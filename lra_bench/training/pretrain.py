@@ -4,11 +4,12 @@ Models Requires Data-Driven Priors", ICLR 2024; their code: IdoAmos/not-from-scr
 
 A run whose config has a ``pretrain`` section (``--pretrain masked`` is ``--set pretrain.objective=masked``)
 trains in two stages, each a run of its own (``lra_bench.experiments.cell``): the pretraining run
-(``pretrain_config``: the same config with ``pretrain.num_train_steps`` steps, the ``Pretrainer`` model and
-the batch transform ``batch_preparer``), then the classifier, whose encoder starts from the pretraining's
-best-validation parameters (``transfer``) and whose head starts fresh.
+(``pretrain_config``: the same config with ``pretrain.num_train_steps`` steps and ``pretrain.stage``; the
+``Pretrainer`` model and the batch transform ``batch_preparer``), then the classifier, whose encoder starts
+from the pretraining's best-validation parameters (``transfer``) and whose head starts fresh.
 
-The section (``complete_section`` fills in what is not given, ``validate_section`` checks it):
+The section (``training.config`` owns it: ``complete_optional_sections`` fills in what is not given,
+``validate`` checks it):
 
 - ``objective``: ``masked`` (denoising, for bidirectional models) or ``causal`` (next-token prediction,
   for causal models: the layer must run causal, ``model.attention_kwargs.causal=True``); ``none`` removes
