@@ -96,16 +96,13 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
       raise ConfigError(f"override {item!r}: {key!r} cannot be overridden, it names the preset the config "
                         f"comes from; choose it with {FIXED_KEYS[key]} instead")
     parent_key, _, leaf = key.rpartition(".")
-    if parent_key in OPTIONAL_SECTIONS and parent_key not in config:
+    if parent_key in OPTIONAL_SECTIONS and leaf not in config.get(parent_key, {}):
       if leaf not in OPTIONAL_SECTIONS[parent_key]:
         raise ConfigError(f"unknown config key {key!r}; {parent_key} takes: "
                           f"{', '.join(OPTIONAL_SECTIONS[parent_key])}")
-      with config.unlocked():  # an optional section (its keys' defaults are filled in by load_config)
-        config[parent_key] = ml_collections.ConfigDict()
-    if parent_key in OPTIONAL_SECTIONS and leaf not in config[parent_key]:
-      if leaf not in OPTIONAL_SECTIONS[parent_key]:
-        raise ConfigError(f"unknown config key {key!r}; {parent_key} takes: "
-                          f"{', '.join(OPTIONAL_SECTIONS[parent_key])}")
+      if parent_key not in config:
+        with config.unlocked():  # an optional section (its keys' defaults are filled in by load_config)
+          config[parent_key] = ml_collections.ConfigDict()
       with config[parent_key].unlocked():
         config[parent_key][leaf] = parse_typed(text, OPTIONAL_SECTIONS[parent_key][leaf])
       continue
