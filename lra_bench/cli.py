@@ -51,7 +51,8 @@ LISTINGS = ("attentions", "tasks", "protocols")
 LAUNCHER_OPTIONS = {flag.lstrip("-"): key for key, flag in LAUNCHER_FLAGS.items()}
 PREPARE_FLAGS = ("name", "num_train", "num_val", "num_test", "min_length", "max_expression_length", "overwrite",
                  "resolution", "contour_length", "num_images", "images_per_batch", "workers", "seed",
-                 "vocab_size", "seq_len", "num_kv_pairs", "power_a", "random_non_queries", "train_targets")
+                 "vocab_size", "seq_len", "num_kv_pairs", "power_a", "random_non_queries", "train_targets",
+                 "noise_vocab_size", "frac_noise")
 # Loggers of libraries whose INFO lines are noise for a user (orbax logs through absl's logger).
 CHATTY_LOGGERS = ("absl", "orbax", "tensorstore", "tensorflow", "tensorflow_datasets", "jax")
 # Config keys a command sets from its own flags: a --set of one of them would contradict the flag (the
@@ -286,6 +287,17 @@ def _positive_float(text: str) -> float:
   return value
 
 
+def _fraction(text: str) -> float:
+  """A number in [0, 1) (``--frac_noise``)."""
+  try:
+    value = float(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+  if not 0 <= value < 1:
+    raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+  return value
+
+
 def _truth(text: str) -> bool:
   words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
   if text.lower() not in words:
@@ -333,6 +345,10 @@ def _add_data(commands, common) -> None:
   p.add_argument("--power_a", type=_positive_float, help="MQAR: the query gaps' power law exponent a (0.01)")
   p.add_argument("--random_non_queries", type=_truth, metavar="True|False",
                  help="MQAR: fillers drawn uniformly from the vocabulary instead of 0")
+  p.add_argument("--noise_vocab_size", type=_prepare_type("noise_vocab_size"), help="noisy_in_context_recall: "
+                 "noise tokens at the top of the vocabulary (16)")
+  p.add_argument("--frac_noise", type=_fraction, help="noisy_in_context_recall: probability that a slot holds "
+                 "two noise tokens instead of a key and its value (0.2)")
   p.add_argument("--train_targets", choices=("all", "last"), help="assoc_recall, induction_head: labels of "
                  "the training split (all next tokens, the original; or the answer only)")
   p = _command(data, "download", "download and unpack the official LRA release tarball", _download, common)

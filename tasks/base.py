@@ -118,7 +118,8 @@ MAX_SEED = 2**31 - 1  # seeds feed jax.random.PRNGKey and tf.data; both take any
 PREPARE_RANGES = {"num_train": (1, None), "num_val": (1, None), "num_test": (1, None), "num_images": (1, None),
                   "images_per_batch": (1, None), "workers": (1, None), "min_length": (0, None),
                   "max_expression_length": (2, None), "resolution": (1, None), "contour_length": (1, None),
-                  "seed": (0, MAX_SEED), "vocab_size": (3, None), "seq_len": (2, None), "num_kv_pairs": (1, None)}
+                  "seed": (0, MAX_SEED), "vocab_size": (3, None), "seq_len": (2, None), "num_kv_pairs": (1, None),
+                  "noise_vocab_size": (0, None)}
 
 
 def check_count(task: str, option: str, value) -> int:
@@ -193,6 +194,9 @@ class Task:
   pixel_inputs: ClassVar[bool] = False   # also offers float pixels (model.input_kind = "pixels")
   pixel_std: ClassVar[float] = 1.0       # the float pixels' scale: one intensity level is 1 / pixel_std
   chance_accuracy: ClassVar[float]
+  # What ``accuracy`` means: "accuracy" (correct / labels, micro) or "macro" (the mean over target classes
+  # of each class's accuracy, MAD's metric; ``lra_bench.training.loop.macro_accuracy``).
+  metric: ClassVar[str] = "accuracy"
 
   def prepare(self, data_dir: str, **options) -> str:
     """Generates or verifies the data under ``data_dir``; idempotent. Returns the task's data path."""

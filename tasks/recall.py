@@ -176,6 +176,56 @@ def generate_induction_head(rng: np.random.Generator, n: int, *, vocab_size: int
   return seq
 
 
+def mad_vocab(vocab_size: int, noise_vocab_size: int) -> dict[str, int]:
+  """MAD's split of the vocabulary (multi-query form, no special token): keys ``0 .. K-1``, values
+  ``K .. S-1`` and noise ``S .. S+noise-1``, where ``S = vocab_size - noise_vocab_size`` and ``K = S // 2``."""
+  plain = vocab_size - noise_vocab_size
+  return {"keys": plain // 2, "plain": plain, "noise": noise_vocab_size}
+
+
+def generate_mad_recall(rng: np.random.Generator, n: int, *, vocab_size: int = 16, seq_len: int = 128,
+                        noise_vocab_size: int = 0, frac_noise: float = 0.0) -> dict[str, np.ndarray]:
+  """``n`` sequences of MAD's in-context recall (``frac_noise = 0``) or noisy in-context recall, original
+  ids, multi-query form (MAD's benchmark setting; docs/generators.md, "MAD recall").
+
+  A sequence is ``seq_len // 2`` slots of two tokens. Each of the first ``seq_len // 2 - 1`` is, with
+  probability ``frac_noise``, two uniform noise tokens, else a key drawn uniformly with replacement and
+  its value (a random value per key, fixed within the sequence; two keys may share one). At least one of
+  them is a key-value pair. The last slot repeats a key of the sequence (uniform over the distinct keys
+  seen) with its value. Returns ``sequences`` int64[n, seq_len] and ``labels`` int64[n, seq_len]: the
+  value at each value position whose key occurred earlier in the sequence (the last slot's always), -1
+  elsewhere; the model reads ``sequences[:, :-1]``."""
+  ids = mad_vocab(vocab_size, noise_vocab_size)
+  keys_n, plain = ids["keys"], ids["plain"]
+  slots = seq_len // 2 - 1
+  rows = np.arange(n)
+  kv_map = rng.integers(keys_n, plain, size=(n, keys_n))               # key -> its value in this sequence
+  keys = rng.integers(0, keys_n, size=(n, slots))
+  noise = np.zeros((n, slots), bool)
+  if frac_noise > 0:
+    noise = rng.random((n, slots)) < frac_noise
+    noise[rows, rng.integers(0, slots, size=n)] = False                  # at least one key-value pair
+  values = kv_map[rows[:, None], keys]
+  seq = np.empty((n, seq_len), np.int64)
+  seq[:, 0:2 * slots:2] = keys
+  seq[:, 1:2 * slots:2] = values
+  if frac_noise > 0:
+    filler = rng.integers(plain, plain + ids["noise"], size=(n, slots, 2))
+    seq[:, 0:2 * slots:2] = np.where(noise, filler[..., 0], seq[:, 0:2 * slots:2])
+    seq[:, 1:2 * slots:2] = np.where(noise, filler[..., 1], seq[:, 1:2 * slots:2])
+  shown = np.zeros((n, slots, keys_n), np.int64)                        # key k shown in a slot before i
+  shown[rows[:, None], np.arange(slots)[None, :], keys] = ~noise
+  before = np.cumsum(shown, axis=1) - shown
+  repeated = (before[rows[:, None], np.arange(slots)[None, :], keys] > 0) & ~noise
+  labels = np.full((n, seq_len), IGNORE, np.int64)
+  labels[:, 1:2 * slots:2] = np.where(repeated, values, IGNORE)
+  present = shown.sum(axis=1) > 0
+  probe = np.where(present, rng.random((n, keys_n)), -1.0).argmax(axis=1)  # uniform over the keys seen
+  seq[:, -2] = probe
+  seq[:, -1] = labels[:, -1] = kv_map[rows, probe]
+  return {"sequences": seq, "labels": labels}
+
+
 def lm_layout(sequences: np.ndarray, targets: str) -> dict[str, np.ndarray]:
   """safari's layout of full sequences S [n, T + 1]: inputs ``S[:, :-1]``; ``targets="all"``: every
   position t predicts ``S[:, t + 1]`` (its training loss); ``"last"``: only the last position (its test
@@ -543,3 +593,82 @@ class InductionHead(_SafariTask):
   def _generate(self, rng, n, options):
     return {"sequences": generate_induction_head(rng, n, vocab_size=options["vocab_size"],
                                                  seq_len=options["seq_len"])}
+
+
+class _MADTask(_RecallTask):
+  """MAD's recall tasks (athms/mad-lab ``mad/data/instances.py``, multi-query form): training labels at
+  every next token (MAD's full language-model loss), validation and test labels at the values of keys
+  seen before. The metric is MAD's macro accuracy (``metric``; ``lra_bench.training.loop.macro_accuracy``)."""
+
+  unique_within_split = False   # MAD draws its splits without de-duplicating them
+  key_array = "sequences"
+  metric = "macro"
+  default_vocab: int
+  default_noise: int
+  default_frac: float
+
+  def prepare(self, data_dir: str, *, name: str = DEFAULT_NAME, num_train: int = 12_800, num_val: int = 1_280,
+              num_test: int = 1_280, seed: int = 0, vocab_size: int | None = None, seq_len: int = 128,
+              noise_vocab_size: int | None = None, frac_noise: float | None = None) -> str:
+    """Generates ``<data_dir>/recall/<task>-<name>_{train,val,test}.npz`` (idempotent, atomic)."""
+    options = self._common(name, num_train, num_val, num_test, seed)
+    vocab_size = self.default_vocab if vocab_size is None else vocab_size
+    noise_vocab_size = self.default_noise if noise_vocab_size is None else noise_vocab_size
+    frac_noise = self.default_frac if frac_noise is None else frac_noise
+    vocab_size, seq_len = (_check_int(self.name, option, value) for option, value in
+                           (("vocab_size", vocab_size), ("seq_len", seq_len)))
+    noise_vocab_size = check_count(self.name, "noise_vocab_size", noise_vocab_size)
+    if seq_len % 2 or seq_len < 4:
+      raise DataError(f"data prepare {self.name}: --seq_len is {seq_len}; it must be even and >= 4 (pairs of "
+                      "tokens: at least one key-value pair and the final query pair)")
+    if vocab_size - noise_vocab_size < 2:
+      raise DataError(f"data prepare {self.name}: --vocab_size {vocab_size} leaves {vocab_size - noise_vocab_size} "
+                      f"tokens after the {noise_vocab_size} noise tokens; at least 2 are needed (a key and a value)")
+    if isinstance(frac_noise, bool) or not isinstance(frac_noise, (int, float, np.integer, np.floating)) or \
+        not 0 <= frac_noise < 1:
+      raise DataError(f"data prepare {self.name}: --frac_noise must be a number in [0, 1), got {frac_noise!r}")
+    if frac_noise > 0 and noise_vocab_size == 0:
+      raise DataError(f"data prepare {self.name}: --frac_noise {frac_noise} needs --noise_vocab_size > 0")
+    options.update(vocab_size=vocab_size, seq_len=seq_len, noise_vocab_size=noise_vocab_size,
+                   frac_noise=float(frac_noise))
+    return self._prepare(data_dir, options)
+
+  def _generate(self, rng, n, options):
+    return generate_mad_recall(rng, n, vocab_size=options["vocab_size"], seq_len=options["seq_len"],
+                               noise_vocab_size=options["noise_vocab_size"], frac_noise=options["frac_noise"])
+
+  def _layout(self, drawn, split, options):
+    sequences = drawn["sequences"]
+    n, length = sequences.shape
+    positions = np.broadcast_to(np.arange(length - 1), (n, length - 1))
+    targets = sequences[:, 1:] if split == "train" else drawn["labels"][:, 1:]
+    return {"inputs": sequences[:, :-1], "positions": positions, "targets": targets}
+
+  def _vocab_size(self, options):
+    return options["vocab_size"] + 1
+
+
+@register_task
+class InContextRecall(_MADTask):
+  """MAD's in-context recall; defaults: its baseline (``configs/tasks/in-context-recall.yml``: vocabulary
+  16, length 128, 12 800 training sequences, multi-query)."""
+
+  name = "in_context_recall"
+  vocab_size = 16 + 1
+  num_classes = vocab_size
+  max_length = 128 - 1
+  chance_accuracy = 1 / 8          # a uniform guess among the 8 values
+  default_vocab, default_noise, default_frac = 16, 0, 0.0
+
+
+@register_task
+class NoisyInContextRecall(_MADTask):
+  """MAD's noisy in-context recall; defaults: its baseline (``configs/tasks/noisy-in-context-recall.yml``:
+  vocabulary 32 of which 16 noise tokens, noise fraction 0.2, length 128, 12 800 training sequences)."""
+
+  name = "noisy_in_context_recall"
+  vocab_size = 32 + 1
+  num_classes = vocab_size
+  max_length = 128 - 1
+  chance_accuracy = 1 / 8
+  default_vocab, default_noise, default_frac = 32, 16, 0.2

@@ -69,5 +69,5 @@ def test_data_prepare_without_data_is_one_line(tmp_path):
 
 
 def test_every_task_is_registered():
-  assert tasks.list_tasks() == ["assoc_recall", "image", "induction_head", "listops", "mqar", "pathfinder",
-                                "pathx", "retrieval", "text"]
+  assert tasks.list_tasks() == ["assoc_recall", "image", "in_context_recall", "induction_head", "listops", "mqar",
+                                "noisy_in_context_recall", "pathfinder", "pathx", "retrieval", "text"]

@@ -68,7 +68,7 @@ def test_bad_config_value_is_refused_before_the_first_step(override, message):
     ("batch_size", True, "batch_size=True is not allowed; expected an integer >= 1"),
     ("eval_every", True, "eval_every=True is not allowed"),
     ("seed", False, "seed=False is not allowed"),
-    ("task", "nope", "task='nope' is not allowed; expected one of assoc_recall, image, induction_head"),
+    ("task", "nope", "task='nope' is not allowed; expected one of assoc_recall, image, in_context_recall"),
     ("protocol", "", "protocol='' is not allowed"),
 ])
 def test_values_of_the_wrong_type_are_refused(key, value, message):

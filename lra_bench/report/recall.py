@@ -72,16 +72,19 @@ def recall_frame(records: Sequence[dict]) -> pd.DataFrame:
       continue
     config = r.get("config") or {}
     labels = r.get("test_labels") or r.get("test_examples")
+    metric = r.get("metric", "accuracy")
+    if metric == "macro":  # a mean of per-class accuracies is not one binomial proportion: no interval
+      labels = None
     size, why = state_size(r["attention"], config)
     rows.append({"protocol": r["protocol"], "task": r["task"], "attention": r["attention"], "seed": r["seed"],
                  "seq_len": _get(config, "data.max_length"), "kv": _get(config, "data.prepare.num_kv_pairs"),
                  "d_model": _get(config, "model.emb_dim"), "lr": _get(config, "optimizer.learning_rate"),
                  "accuracy": 100.0 * float(r["test_accuracy"]), "labels": labels,
                  "train_steps": r.get("train_steps"), "wall_seconds": r.get("wall_seconds"),
-                 "state_size": size, "state_note": why, "config_hash": r.get("config_hash")})
+                 "state_size": size, "state_note": why, "config_hash": r.get("config_hash"), "metric": metric})
   return pd.DataFrame(rows, columns=["protocol", "task", "attention", "seed", "seq_len", "kv", "d_model", "lr",
                                      "accuracy", "labels", "train_steps", "wall_seconds", "state_size",
-                                     "state_note", "config_hash"])
+                                     "state_note", "config_hash", "metric"])
 
 
 SETTING = ["protocol", "task", "seq_len", "kv", "d_model", "attention"]
@@ -134,12 +137,17 @@ def _setting_label(seq_len, kv, d_model) -> str:
   return " ".join(parts)
 
 
+def _missing(value) -> bool:
+  """A setting without this axis (no kv pairs outside MQAR): None, or the NaN pandas turns it into."""
+  return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _published(reference: pd.DataFrame, protocol: str, task: str, model: str, seq_len, kv, d_model) -> float | None:
   if reference.empty:
     return None
   rows = reference[(reference["protocol"] == protocol) & (reference["task"] == task) & (reference["model"] == model)]
   for column, value in (("seq_len", seq_len), ("kv", kv), ("d_model", d_model)):
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
       continue
     rows = rows[rows[column].isna() | (rows[column] == value)]
   return float(rows["accuracy"].iloc[0]) if len(rows) else None
@@ -202,7 +210,7 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
       for j, (seq_len, kv, d_model) in enumerate(settings):
         cell = rows_of_task[(rows_of_task["attention"] == attention) & (rows_of_task["seq_len"] == seq_len)
                             & (rows_of_task["d_model"] == d_model)
-                            & ((rows_of_task["kv"] == kv) | (rows_of_task["kv"].isna() & (kv is None)))]
+                            & (rows_of_task["kv"].isna() if _missing(kv) else rows_of_task["kv"] == kv)]
         if cell.empty:
           row.append("—")
           continue
@@ -231,6 +239,11 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
         "and protocol columns); pixel reads of a figure are ±3 points."
         + ("" if source_protocol == protocol else
            f" `{protocol}` shortens `{source_protocol}`'s training: the same data setting, fewer steps.")]
+    if (mine[mine["task"] == task]["metric"] == "macro").any():
+      footnotes.append("Macro accuracy, as MAD reports it (torchmetrics' default): the mean over the value "
+                       "tokens of each one's accuracy on the test labels (a value predicted but never a label "
+                       "counts as 0); no interval, as it is not one proportion. Records also carry the micro "
+                       "accuracy (`test_accuracy_micro`).")
     if no_causal:
       footnotes.append("No causal form (not run on next-token tasks): " + ", ".join(sorted(no_causal)) + ".")
     tables.append(Table(columns, rows, bold, caption=f"Recall — protocol `{protocol}`, task `{task}`",

@@ -80,6 +80,7 @@ def evaluate(eval_fn, params, model_state, batches: Iterable, batch_size: int,
   the global array ``eval_fn`` takes.
   """
   totals = {"loss": 0.0, "correct": 0.0, "count": 0.0, "examples": 0.0}
+  classes: dict[str, np.ndarray] = {}
   iterator = iter(batches)
   for i in itertools.count():
     if 0 <= max_batches <= i or (num_batches is not None and i >= num_batches):
@@ -92,9 +93,33 @@ def evaluate(eval_fn, params, model_state, batches: Iterable, batch_size: int,
     sums = eval_fn(params, model_state, to_global(pad_batch(to_numpy(batch), batch_size)))
     for k in totals:
       totals[k] += float(sums.get(k, sums["count"]))  # an eval_fn without "examples": one label each
+    for k in CLASS_COUNTS:
+      if k in sums:
+        classes[k] = classes.get(k, 0) + np.asarray(sums[k], np.float64)
   count = max(totals["count"], 1.0)
-  return {"accuracy": totals["correct"] / count, "loss": totals["loss"] / count,
-          "count": int(totals["count"]), "examples": int(totals["examples"])}
+  out = {"accuracy": totals["correct"] / count, "loss": totals["loss"] / count,
+         "count": int(totals["count"]), "examples": int(totals["examples"])}
+  if classes:  # a macro-metric task: ``accuracy`` is the macro one, the micro one is kept beside it
+    out.update(accuracy=macro_accuracy(*(classes[k] for k in CLASS_COUNTS)), accuracy_micro=out["accuracy"],
+               metric="macro")
+  return out
+
+
+CLASS_COUNTS = ("class_correct", "class_labels", "class_predicted")
+
+
+def macro_accuracy(correct: np.ndarray, labels: np.ndarray, predicted: np.ndarray) -> float:
+  """The mean over classes of correct / labels (a class's recall), as torchmetrics'
+  ``MulticlassAccuracy(average="macro")`` that MAD reports: a class that was neither a label nor a
+  prediction is left out; a class that was predicted but never a label counts as 0 (its wrong
+  predictions are someone else's misses, but it stays in the mean). 0 when no class counts."""
+  correct, labels, predicted = (np.asarray(x, np.float64) for x in (correct, labels, predicted))
+  false_pos, false_neg = predicted - correct, labels - correct
+  counted = (correct + false_pos + false_neg) > 0
+  if not counted.any():
+    return 0.0
+  recall = np.divide(correct, labels, out=np.zeros_like(correct), where=labels > 0)
+  return float(recall[counted].mean())
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -113,11 +138,12 @@ class Placed:
 
 
 def place(config: ml_collections.ConfigDict, model, tx: optax.GradientTransformation, mesh,
-          example: dict[str, np.ndarray], prepare=None, prepare_key=None) -> Placed:
+          example: dict[str, np.ndarray], prepare=None, prepare_key=None, num_classes: int = 0) -> Placed:
   """Creates the state on ``mesh`` (``config.param_sharding``) and jits both steps with its shardings.
 
   ``example`` is any batch of the right per-example shapes (only its shapes are used). ``prepare`` /
   ``prepare_key``: the batch transform of both steps (``steps.train_step``; the pretraining stage's).
+  ``num_classes``: the evaluation's per-class counts (``steps.eval_step``; a macro-metric task).
   """
   shardings_of = functools.partial(parallel.state_shardings, mesh=mesh, param_sharding=config.param_sharding)
   if prepare is not None:  # the model is initialised with the batches it will see
@@ -129,7 +155,8 @@ def place(config: ml_collections.ConfigDict, model, tx: optax.GradientTransforma
                                        accumulate_steps=config.accumulate_steps, prepare=prepare),
                      in_shardings=(state_shardings, data), out_shardings=(state_shardings, replicated),
                      donate_argnums=0)
-  eval_fn = jax.jit(functools.partial(steps.eval_step, model=model, prepare=prepare, prepare_key=prepare_key),
+  eval_fn = jax.jit(functools.partial(steps.eval_step, model=model, prepare=prepare, prepare_key=prepare_key,
+                                      num_classes=num_classes),
                     in_shardings=(state_shardings.params, state_shardings.model_state, data),
                     out_shardings=replicated)
   return Placed(mesh, state, state_shardings, train_fn, eval_fn)
@@ -257,8 +284,11 @@ class Run:
       prepare, prepare_key = pretrain.batch_preparer(config, task, vocab_size), pretrain.eval_key(config)
     else:
       model, prepare, prepare_key = steps.create_model(config, task, vocab_size), None, None
+    # A macro-metric task (MAD's recall) counts per class; the classes are the model's outputs.
+    num_classes = (vocab_size or task.vocab_size) if task.metric == "macro" and stage == "train" else 0
     self.placed = place(config, model, optim.make_optimizer(config.optimizer), self.mesh,
-                        steps.example_batch(self.data.train.element_spec, 2), prepare, prepare_key)
+                        steps.example_batch(self.data.train.element_spec, 2), prepare, prepare_key,
+                        num_classes=num_classes)
     self.state = self.placed.state
     self.saved_step = 0  # the step of the last committed checkpoint (what a rerun resumes from)
     self.num_params = int(sum(x.size for x in jax.tree.leaves(self.state.params)))
@@ -457,6 +487,7 @@ class Run:
     c, speed = self.config, self.timer.steps_per_second
     return {
         "test_accuracy": test_best["accuracy"], "test_accuracy_last": test_last["accuracy"],
+        **({"metric": "macro", "test_accuracy_micro": test_best["accuracy_micro"]} if "metric" in test_best else {}),
         "test_loss": test_best["loss"],  # mean over the labels (cross-entropy; the L1 of a pixel pretraining)
         "test_examples": test_best["examples"], "test_labels": test_best["count"],
         "best_val_accuracy": self.best_val, "best_step": best_step,

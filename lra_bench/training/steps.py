@@ -170,19 +170,28 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Modu
 
 
 def eval_step(params, model_state, batch: dict[str, jax.Array], *, model: nn.Module,
-              prepare=None, prepare_key=None) -> dict[str, jax.Array]:
+              prepare=None, prepare_key=None, num_classes: int = 0) -> dict[str, jax.Array]:
   """Sums over the real examples of ``batch`` (``weights`` [B] marks them): loss, correct and count over
   their labels (one per example in classification; the labelled slots in next-token tasks and in
   pretraining), and ``examples``. ``prepare``: as ``train_step``'s, with the fixed key ``prepare_key``
-  (every evaluation masks an example the same way)."""
+  (every evaluation masks an example the same way). ``num_classes > 0`` (a task whose metric is
+  ``macro``) adds per-class counts over the labels: ``class_labels`` (labels of the class),
+  ``class_predicted`` (predictions of it) and ``class_correct`` (both), float32 [num_classes]."""
   if prepare is not None:
     batch = prepare(batch, prepare_key)
   logits = model.apply(_variables(params, model_state), batch, deterministic=True)
   weights = batch["weights"]
   ce, correct, weight = label_terms(model, logits, batch)
   weight = weight * weights.reshape(weights.shape + (1,) * (weight.ndim - 1))
-  return {"loss": jnp.sum(ce * weight), "correct": jnp.sum(correct * weight), "count": jnp.sum(weight),
+  sums = {"loss": jnp.sum(ce * weight), "correct": jnp.sum(correct * weight), "count": jnp.sum(weight),
           "examples": jnp.sum(weights)}
+  if num_classes:
+    targets = jnp.where(batch["targets"] >= 0, batch["targets"], 0)
+    label = jax.nn.one_hot(targets, num_classes, dtype=jnp.float32) * weight[..., None]
+    predicted = jax.nn.one_hot(jnp.argmax(logits, -1), num_classes, dtype=jnp.float32) * weight[..., None]
+    flat = lambda x: x.reshape(-1, num_classes).sum(0)
+    sums.update(class_labels=flat(label), class_predicted=flat(predicted), class_correct=flat(label * predicted))
+  return sums
 
 
 def compute_dtype(config: ml_collections.ConfigDict):
