@@ -21,7 +21,7 @@ import numpy as np
 
 import attention_zoo
 from lra_bench.experiments import results
-from lra_bench.report import plots, pretraining, recall, viz
+from lra_bench.report import curves, plots, pretraining, recall, viz
 from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
 from lra_bench.report.efficiency import EfficiencyGroup, efficiency_groups, family_order, scaling_series
 from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, SPT_FILE, TASK_TITLES,
@@ -148,6 +148,11 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
   for p in spt_protocols:
     _spt_section(out, pretraining.spt_report(records, p, load_spt_reference(reference_dir)))
   _recall_sections(out, recall_records, reference_dir)
+  curve_paths, curve_lines = curves.section(records, _protocol_order({r.get("protocol", "") for r in records
+                                                                     if r.get("kind", "train") == "train"}),
+                                            out_dir)
+  out.written += curve_paths
+  out.index += curve_lines
   if protocols:
     _followups_section(out, load_followups(reference_dir))
   groups = efficiency_groups(records, reference_eff)

@@ -307,6 +307,7 @@ class Run:
     self.compiled, self.compile_seconds, self.analysis = compile_train_step(self.placed, self.state,
                                                                             global_shapes)
     xla_stats.check_fits(self.compiled, "train step", steps.MEMORY_FIX)  # before the allocator aborts
+    self.workdir = workdir
     self.writer = _summary_writer(workdir)
     self.schedule = optim.learning_rate_schedule(config.optimizer)
 
@@ -478,10 +479,12 @@ class Run:
                  else self.evaluate("test", best["params"], best["model_state"]))
     logging.info("test accuracy %.4f (best-validation params, step %d), %.4f (last params)",
                  test_best["accuracy"], best_step, test_last["accuracy"])
+    curve = None
     if self.writer:
       self.writer.scalar("test/accuracy", test_best["accuracy"], int(self.state.step))
       self.writer.close()
-    return self._measurements(test_best, test_last, best_step)
+      curve = validation_curve(self.workdir)
+    return {**self._measurements(test_best, test_last, best_step), **({"val_curve": curve} if curve else {})}
 
   def _measurements(self, test_best: dict, test_last: dict, best_step: int) -> dict[str, Any]:
     c, speed = self.config, self.timer.steps_per_second
@@ -503,6 +506,31 @@ class Run:
         **({"transferred_params": self.transferred["params"], "fresh_params": self.transferred["fresh_params"]}
            if self.transferred else {}),
     }
+
+
+def validation_curve(workdir: str, tag: str = "eval/accuracy") -> list[list[float]]:
+  """[[step, validation accuracy], ...] of the run in ``workdir``, read from its TensorBoard events (every
+  start of the run appends a file). A step evaluated twice (after a resume, the steps since the last
+  checkpoint run again) keeps its latest value. An unreadable event file is skipped with a warning: the
+  curve is a record field for the report, not a result."""
+  import glob
+
+  from tensorboard.backend.event_processing import event_file_loader
+
+  points: dict[int, tuple[float, float]] = {}
+  for path in sorted(glob.glob(os.path.join(workdir, "tensorboard", "events.out.tfevents.*"))):
+    try:
+      for event in event_file_loader.EventFileLoader(path).Load():
+        for value in event.summary.value:
+          if value.tag != tag:
+            continue
+          number = (float(np.asarray(tasks_lib.base.import_tf().make_ndarray(value.tensor)))
+                    if value.HasField("tensor") else float(value.simple_value))
+          if event.step not in points or event.wall_time >= points[event.step][1]:
+            points[int(event.step)] = (number, event.wall_time)
+    except Exception as err:  # noqa: BLE001 - a damaged events file costs the curve, not the run
+      logging.warning("validation curve: skipped %s (%s: %s)", path, type(err).__name__, err)
+  return [[step, round(points[step][0], 6)] for step in sorted(points)]
 
 
 def _summary_writer(workdir: str):
