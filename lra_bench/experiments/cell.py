@@ -255,17 +255,26 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, data_dir: str
         _write(record, workdir, results_dir)
       return record
     init_from = pretrain.initializer(pretrain.pretrain_config(config), pre_dir, pre_record["best_step"])
+  return _recorded_run(config, workdir, data_dir, results_dir, config, fields={**where, **link},
+                       init_from=init_from)
+
+
+def _recorded_run(config: ml_collections.ConfigDict, workdir: str, data_dir: str, results_dir: str | None,
+                  data_config: ml_collections.ConfigDict, *, fields: dict[str, Any], **run) -> dict[str, Any]:
+  """Runs ``loop.train_and_evaluate(config, workdir, data_dir, **run)`` and writes its record (``fields``
+  added; process 0 writes): ``ok`` with the measurements, ``no_data`` with the command that makes the data
+  of ``data_config``, or the failure's status and message (its traceback in ``<workdir>/error.log``).
+  Ctrl-C, a signal's exit and another config's checkpoints are raised, not recorded."""
   try:
-    record = results.train_record(config, "ok", **where, **link,
-                                  **loop.train_and_evaluate(config, workdir, data_dir, init_from=init_from))
+    record = results.train_record(config, "ok", **fields, **loop.train_and_evaluate(config, workdir, data_dir, **run))
   except tasks_lib.MissingDataError as err:
-    record = results.train_record(config, "no_data", error=missing_data(err, config, data_dir), **where, **link)
+    record = results.train_record(config, "no_data", error=missing_data(err, data_config, data_dir), **fields)
   except (KeyboardInterrupt, SystemExit, checkpoints.ConfigMismatchError):
     raise
   except BaseException as err:  # noqa: BLE001 - every failure becomes a record
     _save_traceback(workdir)
     status, message = outcome(err, workdir)
-    record = results.train_record(config, status, error=message, **where, **link)
+    record = results.train_record(config, status, error=message, **fields)
   if jax.process_index() == 0:
     _write(record, workdir, results_dir)
   return record
@@ -318,22 +327,10 @@ def pretrain_stage(config: ml_collections.ConfigDict, pre_dir: str, data_dir: st
       return previous
     if force:
       shutil.rmtree(os.path.join(pre_dir, "checkpoints"), ignore_errors=True)
-    where = dict(workdir=pre_dir, data_dir=data_dir, kind="pretrain")
     logging.info("self-pretraining (%s) in %s", pre_config.pretrain.objective, pre_dir)
-    try:
-      record = results.train_record(pre_config, "ok", **where,
-                                    **loop.train_and_evaluate(pre_config, pre_dir, data_dir, stage="pretrain"))
-    except tasks_lib.MissingDataError as err:
-      record = results.train_record(pre_config, "no_data", error=missing_data(err, config, data_dir), **where)
-    except (KeyboardInterrupt, SystemExit, checkpoints.ConfigMismatchError):
-      raise
-    except BaseException as err:  # noqa: BLE001 - every failure becomes a record
-      _save_traceback(pre_dir)
-      status, message = outcome(err, pre_dir)
-      record = results.train_record(pre_config, status, error=message, **where)
-    if jax.process_index() == 0:
-      _write(record, pre_dir, results_dir)
-    return record
+    # a missing dataset names the fine-tuning config's prepare command (the same data)
+    return _recorded_run(pre_config, pre_dir, data_dir, results_dir, config,
+                         fields=dict(workdir=pre_dir, data_dir=data_dir, kind="pretrain"), stage="pretrain")
 
 
 def _save_traceback(workdir: str) -> None:
