@@ -74,6 +74,7 @@ def test_report_of_recall_records_has_the_recall_section_and_figures(tmp_path, r
   written = index.write_report(str(results_dir), str(out), attention_names=["vanilla"])
   text = (out / "index.md").read_text()
   assert "## Recall — protocol `zoology`" in text and "## Accuracy — protocol" not in text
+  assert "Recall records only (no LRA accuracy section)" in text and "Benchmark records only" not in text
   assert os.path.exists(out / "recall_zoology.csv") and os.path.exists(out / "recall_zoology_state_size.png")
   assert str(out / "recall_zoology_runs.csv") in written
 

@@ -139,6 +139,7 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                + (f" by `{command}`." if command else "."), "",
                *_unreadable_section(unreadable),
                (f"Protocols: {', '.join(f'`{p}`' for p in protocols)}. " if protocols else
+                "Recall records only (no LRA accuracy section). " if recall_records else
                 "Benchmark records only (no accuracy section; train with `lra-bench suite`). ")
                + f"Registered attentions: {', '.join(attention_zoo.list_attentions())}.", "",
                *_environment(records), ""]
