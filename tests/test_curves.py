@@ -31,6 +31,7 @@ def test_a_resumed_runs_curve_keeps_the_latest_value_of_each_step(tmp_path):
   with open(os.path.join(workdir, "tensorboard", "events.out.tfevents.0.broken"), "wb") as f:
     f.write(b"\x00garbage")                            # a damaged file costs nothing but itself
   assert loop.validation_curve(workdir) == [[10, 0.1], [20, 0.2], [30, 0.35], [40, 0.4]]
+  assert loop.validation_curve(workdir, last_step=30) == [[10, 0.1], [20, 0.2], [30, 0.35]]
   assert loop.validation_curve(str(tmp_path / "nothing")) == []
 
 
@@ -40,6 +41,11 @@ def test_a_finished_runs_record_has_its_curve(listops_dir, tmp_path, fast_compil
   record = cell.train_cell(config, str(tmp_path / "run"), listops_dir, str(tmp_path / "results"))
   assert [step for step, _ in record["val_curve"]] == [2, 4, 6, 8]
   assert record["best_val_accuracy"] == pytest.approx(max(acc for _, acc in record["val_curve"]), abs=1e-6)
+  # a forced rerun with fewer evaluations: its curve is its own, not merged with the first run's
+  fewer = config_lib.load_config("smoke", "listops", tiny_overrides(num_train_steps=8, eval_every=4,
+                                                                     checkpoint_every=4))
+  rerun = cell.train_cell(fewer, str(tmp_path / "run"), listops_dir, str(tmp_path / "results"), force=True)
+  assert [step for step, _ in rerun["val_curve"]] == [4, 8]
 
 
 def _record(tmp_path, attention, curve, seed=0):

@@ -239,7 +239,8 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, data_dir: str
       results.append_record(results_dir, previous)
     return previous
   if force:
-    shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
+    for stale in ("checkpoints", "tensorboard"):  # a forced run's curve starts empty (``loop.validation_curve``)
+      shutil.rmtree(os.path.join(workdir, stale), ignore_errors=True)
   where = dict(workdir=workdir, data_dir=data_dir)
   link, init_from = {}, None
   if "pretrain" in config:
@@ -326,7 +327,8 @@ def pretrain_stage(config: ml_collections.ConfigDict, pre_dir: str, data_dir: st
                    previous["status"])
       return previous
     if force:
-      shutil.rmtree(os.path.join(pre_dir, "checkpoints"), ignore_errors=True)
+      for stale in ("checkpoints", "tensorboard"):
+        shutil.rmtree(os.path.join(pre_dir, stale), ignore_errors=True)
     logging.info("self-pretraining (%s) in %s", pre_config.pretrain.objective, pre_dir)
     # a missing dataset names the fine-tuning config's prepare command (the same data)
     return _recorded_run(pre_config, pre_dir, data_dir, results_dir, config,

@@ -483,7 +483,7 @@ class Run:
     if self.writer:
       self.writer.scalar("test/accuracy", test_best["accuracy"], int(self.state.step))
       self.writer.close()
-      curve = validation_curve(self.workdir)
+      curve = validation_curve(self.workdir, last_step=int(self.state.step))
     return {**self._measurements(test_best, test_last, best_step), **({"val_curve": curve} if curve else {})}
 
   def _measurements(self, test_best: dict, test_last: dict, best_step: int) -> dict[str, Any]:
@@ -508,11 +508,11 @@ class Run:
     }
 
 
-def validation_curve(workdir: str, tag: str = "eval/accuracy") -> list[list[float]]:
+def validation_curve(workdir: str, tag: str = "eval/accuracy", last_step: int | None = None) -> list[list[float]]:
   """[[step, validation accuracy], ...] of the run in ``workdir``, read from its TensorBoard events (every
-  start of the run appends a file). A step evaluated twice (after a resume, the steps since the last
-  checkpoint run again) keeps its latest value. An unreadable event file is skipped with a warning: the
-  curve is a record field for the report, not a result."""
+  start of the run appends a file), up to ``last_step``. A step evaluated twice (after a resume, the steps
+  since the last checkpoint run again) keeps its latest value. An unreadable event file is skipped with a
+  warning: the curve is a record field for the report, not a result."""
   import glob
 
   from tensorboard.backend.event_processing import event_file_loader
@@ -530,7 +530,7 @@ def validation_curve(workdir: str, tag: str = "eval/accuracy") -> list[list[floa
             points[int(event.step)] = (number, event.wall_time)
     except Exception as err:  # noqa: BLE001 - a damaged events file costs the curve, not the run
       logging.warning("validation curve: skipped %s (%s: %s)", path, type(err).__name__, err)
-  return [[step, round(points[step][0], 6)] for step in sorted(points)]
+  return [[step, round(points[step][0], 6)] for step in sorted(points) if last_step is None or step <= last_step]
 
 
 def _summary_writer(workdir: str):
