@@ -213,14 +213,16 @@ def generate_mad_recall(rng: np.random.Generator, n: int, *, vocab_size: int = 1
     filler = rng.integers(plain, plain + ids["noise"], size=(n, slots, 2))
     seq[:, 0:2 * slots:2] = np.where(noise, filler[..., 0], seq[:, 0:2 * slots:2])
     seq[:, 1:2 * slots:2] = np.where(noise, filler[..., 1], seq[:, 1:2 * slots:2])
-  shown = np.zeros((n, slots, keys_n), np.int64)                        # key k shown in a slot before i
-  shown[rows[:, None], np.arange(slots)[None, :], keys] = ~noise
-  before = np.cumsum(shown, axis=1) - shown
-  repeated = (before[rows[:, None], np.arange(slots)[None, :], keys] > 0) & ~noise
+  # seen[b, i, k]: key k was shown in a key-value slot at or before slot i (bool: 1 byte per entry, as
+  # this is n x slots x keys large)
+  seen = np.zeros((n, slots, keys_n), bool)
+  seen[rows[:, None], np.arange(slots)[None, :], keys] = ~noise
+  np.logical_or.accumulate(seen, axis=1, out=seen)
+  repeated = np.zeros((n, slots), bool)                                 # its key was shown in an earlier slot
+  repeated[:, 1:] = seen[rows[:, None], np.arange(slots - 1)[None, :], keys[:, 1:]] & ~noise[:, 1:]
   labels = np.full((n, seq_len), IGNORE, np.int64)
   labels[:, 1:2 * slots:2] = np.where(repeated, values, IGNORE)
-  present = shown.sum(axis=1) > 0
-  probe = np.where(present, rng.random((n, keys_n)), -1.0).argmax(axis=1)  # uniform over the keys seen
+  probe = np.where(seen[:, -1], rng.random((n, keys_n)), -1.0).argmax(axis=1)  # uniform over the keys seen
   seq[:, -2] = probe
   seq[:, -1] = labels[:, -1] = kv_map[rows, probe]
   return {"sequences": seq, "labels": labels}

@@ -130,7 +130,7 @@ def load_reference(reference_dir: str | None) -> pd.DataFrame:
 
 def _setting_label(seq_len, kv, d_model) -> str:
   parts = [f"L={int(seq_len)}"]
-  if kv is not None and not (isinstance(kv, float) and math.isnan(kv)):
+  if not _missing(kv):
     parts.append(f"kv={int(kv)}")
   if d_model is not None:
     parts.append(f"d={int(d_model)}")

@@ -517,6 +517,7 @@ def validation_curve(workdir: str, tag: str = "eval/accuracy", last_step: int | 
 
   from tensorboard.backend.event_processing import event_file_loader
 
+  make_ndarray = tasks_lib.base.import_tf().make_ndarray
   points: dict[int, tuple[float, float]] = {}
   for path in sorted(glob.glob(os.path.join(workdir, "tensorboard", "events.out.tfevents.*"))):
     try:
@@ -524,7 +525,7 @@ def validation_curve(workdir: str, tag: str = "eval/accuracy", last_step: int | 
         for value in event.summary.value:
           if value.tag != tag:
             continue
-          number = (float(np.asarray(tasks_lib.base.import_tf().make_ndarray(value.tensor)))
+          number = (float(np.asarray(make_ndarray(value.tensor)))
                     if value.HasField("tensor") else float(value.simple_value))
           if event.step not in points or event.wall_time >= points[event.step][1]:
             points[int(event.step)] = (number, event.wall_time)
