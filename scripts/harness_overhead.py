@@ -4,7 +4,9 @@ The bare loop calls the run's own compiled ``train_step`` on batches fetched bef
 the same sequence the run's iterator yields) and blocks once at the end; the loop is ``Run.train()``
 itself, reporting the steps/s its records carry (``StepTimer``: evaluation, checkpoints and the first
 step after a start excluded) and, for information, its whole wall time per step (everything included).
-Ratio = loop steps/s / bare steps/s (goal >= 0.95). Prints one JSON line.
+Ratio = loop steps/s / bare steps/s (goal >= 0.95). ``input_cpu_ms_per_batch``: the CPU seconds (all
+threads) the input pipeline took per batch while the bare loop's batches were fetched, the work that
+competes with the train step on a small CPU. Prints one JSON line.
 
   python scripts/harness_overhead.py --protocol cpu --task listops --attention vanilla --data_dir DIR --steps 200
   python scripts/harness_overhead.py --protocol lra --task listops --attention local --data_dir DIR --steps 30
@@ -43,10 +45,12 @@ def main() -> int:
   with tempfile.TemporaryDirectory(prefix="harness-overhead-") as workdir:
     run = loop.Run(config, workdir, args.data_dir)
     batches = []
+    data_start = time.process_time()  # every thread of the process: tf.data's workers included
     for batch in iter(run.data.train):
       batches.append(run.to_global(loop.to_numpy(batch)))
       if len(batches) == args.steps:
         break
+    data_cpu = (time.process_time() - data_start) / len(batches)
     state = jax.tree.map(jnp.copy, run.state)
     state, _ = run.compiled(state, batches[0])          # warm-up (as the loop's timer skips its first step)
     jax.block_until_ready(state)
@@ -66,6 +70,7 @@ def main() -> int:
                     "bare_steps_per_second": round(bare, 3), "loop_steps_per_second": round(looped, 3),
                     "ratio": round(looped / bare, 4),
                     "loop_wall_steps_per_second_with_evals": round(args.steps / wall, 3),
+                    "input_cpu_ms_per_batch": round(1e3 * data_cpu, 2),
                     "device": jax.devices()[0].device_kind}))
   return 0
 
