@@ -90,6 +90,30 @@ def test_a_shortened_protocol_shows_the_original_protocols_published_values(tmp_
   assert any("shortens `zoology`" in note for note in rep.tables[0].footnotes)
 
 
+def test_the_cpu_induction_head_shows_seq_icls_published_row(tmp_path):
+  config = config_lib.load_config("seq_icl_cpu", "induction_head", [], attention="vanilla")
+  record = results.train_record(config, "ok", workdir=str(tmp_path / "w"), data_dir=str(tmp_path / "d"),
+                                test_accuracy=0.95, test_examples=500, test_labels=500, train_steps=25000)
+  rep = recall.recall_tables(recall.recall_frame([record]), "seq_icl_cpu", recall.load_reference(None))
+  rows = {row[0]: row for row in rep.tables[0].rows}
+  assert rows["published (seq_icl): Transformer (= vanilla)"][1] == "97.2"
+  assert rows["published (seq_icl): S4D (= s4d)"][1] == "8.8"
+  assert any("shortens `seq_icl`" in note for note in rep.tables[0].footnotes)
+
+
+def test_the_cpu_induction_head_is_seq_icls_with_a_tenth_of_the_training():
+  """Only the length of training and the schedule stretched to it differ from seq_icl's config."""
+  full = config_lib.load_config("seq_icl", "induction_head", [], attention="vanilla").to_dict()
+  short = config_lib.load_config("seq_icl_cpu", "induction_head", [], attention="vanilla").to_dict()
+  assert (short["num_train_steps"], full["num_train_steps"]) == (25_000, 250_000)
+  assert (short["optimizer"]["warmup_steps"], short["optimizer"]["steps_per_cycle"]) == (2_500, 22_500)
+  for key in ("num_train_steps", "protocol"):
+    del full[key], short[key]
+  for key in ("warmup_steps", "steps_per_cycle"):
+    del full["optimizer"][key], short["optimizer"][key]
+  assert short == full
+
+
 def test_cores_without_a_causal_form_are_listed():
   no_causal = recall.no_causal_forms()
   assert "linformer" in no_causal and "vanilla" not in no_causal and "local" not in no_causal

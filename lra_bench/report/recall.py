@@ -26,7 +26,7 @@ from lra_bench.report.tables import Table
 
 REFERENCE_FILE = "recall_accuracy.csv"
 # The published rows name models; ours name attention cores. Only the exact Transformer has both.
-PUBLISHED_ATTENTION = {"Transformer": "vanilla", "Attention": "vanilla"}
+PUBLISHED_ATTENTION = {"Transformer": "vanilla", "Attention": "vanilla", "S4D": "s4d", "LRU": "lru"}
 
 
 is_recall = tasks_lib.is_next_token
@@ -76,8 +76,12 @@ def recall_frame(records: Sequence[dict]) -> pd.DataFrame:
     if metric == "macro":  # a mean of per-class accuracies is not one binomial proportion: no interval
       labels = None
     size, why = state_size(r["attention"], config)
+    # The task's length setting, as the papers name it (induction_head 256, assoc_recall 384), not the
+    # model's input length (257 and 386: the query and separator tokens ride on top of it).
+    seq_len = _get(config, "data.prepare.seq_len")
+    seq_len = _get(config, "data.max_length") if _missing(seq_len) else seq_len
     rows.append({"protocol": r["protocol"], "task": r["task"], "attention": r["attention"], "seed": r["seed"],
-                 "seq_len": _get(config, "data.max_length"), "kv": _get(config, "data.prepare.num_kv_pairs"),
+                 "seq_len": seq_len, "kv": _get(config, "data.prepare.num_kv_pairs"),
                  "d_model": _get(config, "model.emb_dim"), "lr": _get(config, "optimizer.learning_rate"),
                  "accuracy": 100.0 * float(r["test_accuracy"]), "labels": labels,
                  "train_steps": r.get("train_steps"), "wall_seconds": r.get("wall_seconds"),
