@@ -54,12 +54,13 @@ def assoc_recall(c: ml_collections.ConfigDict) -> None:
   c.optimizer.steps_per_cycle = c.num_train_steps
 
 
-def induction_head(c: ml_collections.ConfigDict) -> None:
+def induction_head(c: ml_collections.ConfigDict, epochs: int = 400) -> None:
+  """``epochs``: seq_icl's 400; ``seq_icl_cpu`` trains for fewer, the schedule stretched to them."""
   recall_data(c, vocab=16, length=256, train=TRAIN, test=TEST, name="seq_icl", model_length=257)
   recall_model(c, width=32, layers=2, heads=2, mlp=True)
   adamw(c, 5e-4, 0.1)
   c.batch_size = 8
-  epochs_to_steps(c, TRAIN, 400)
+  epochs_to_steps(c, TRAIN, epochs)
   c.optimizer.schedule = "constant * linear_warmup * cosine_decay"
   c.optimizer.warmup_steps = c.num_train_steps // 10
   c.optimizer.steps_per_cycle = c.num_train_steps - c.optimizer.warmup_steps

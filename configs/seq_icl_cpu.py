@@ -30,7 +30,7 @@ from __future__ import annotations
 import ml_collections
 
 from configs import seq_icl
-from configs.zoology import epochs_to_steps, protocol_config
+from configs.zoology import protocol_config
 
 # The report prints the published values of the protocol this one shortens beside ours.
 PUBLISHED_PROTOCOL = "seq_icl"
@@ -38,10 +38,7 @@ EPOCHS = 40  # seq_icl: 400
 
 
 def induction_head(c: ml_collections.ConfigDict) -> None:
-  seq_icl.induction_head(c)
-  epochs_to_steps(c, seq_icl.TRAIN, EPOCHS)
-  c.optimizer.warmup_steps = c.num_train_steps // 10  # as seq_icl: 10 % warm-up, cosine over the rest
-  c.optimizer.steps_per_cycle = c.num_train_steps - c.optimizer.warmup_steps
+  seq_icl.induction_head(c, epochs=EPOCHS)  # 10 % warm-up, cosine over the rest, as seq_icl
 
 
 TASKS = {"induction_head": induction_head}

@@ -191,8 +191,8 @@ def _old_pipeline_examples(path, max_length):
 
 
 @pytest.mark.parametrize("max_length", [8, 64])  # 8 truncates most sources
-def test_pretokenized_pipeline_gives_the_tokenizers_batches(listops_dir, tmp_path, max_length):
-  from tasks.base import batched
+def test_pretokenized_pipeline_gives_the_tokenizers_batches(listops_dir, max_length):
+  from tasks.base import batched, import_tf
 
   task = tasks.get_task("listops")
   for split in ("train", "test"):
@@ -206,8 +206,6 @@ def test_pretokenized_pipeline_gives_the_tokenizers_batches(listops_dir, tmp_pat
   # hand-written lines: parentheses glued to tokens, a repeated source, other whitespace
   sources = ["( ( ( [MAX 2 ) 9 ) ] )", "((([MIN 4) 7) ])", "( ( [SM 4 ) ] )", "( ( [SM 4 ) ] )",
              "( ( [MED\t1 ) 3 ) ]", listops.to_source(("[SM", list(range(10))))]
-  from tasks.base import import_tf
-
   tf = import_tf()
   fn, reference = listops.pretokenized_fn(sources, max_length), listops.tokenize_fn(max_length)
   for source in sources:

@@ -25,7 +25,7 @@ from lra_bench.report.accuracy import wilson_interval
 from lra_bench.report.tables import Table
 
 REFERENCE_FILE = "recall_accuracy.csv"
-# The published rows name models; ours name attention cores. Only the exact Transformer has both.
+# The published rows name models; ours name attention cores and mixers. These are the ones we have.
 PUBLISHED_ATTENTION = {"Transformer": "vanilla", "Attention": "vanilla", "S4D": "s4d", "LRU": "lru"}
 
 
