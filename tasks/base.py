@@ -234,6 +234,11 @@ def batched(examples: Examples, batch_size: int, *, seed: int = 0, repeat: bool 
   ds = ds.batch(batch_size, drop_remainder=repeat)
   options = tf.data.Options()
   options.deterministic = True
+  # tf.data's model-based autotuner off: its model thread sleeps in periods that grow to about 10 s, and
+  # destroying an iterator that has run that long waits for the sleep to end (the cpu ListOps cell spent
+  # 10 s of its ~40 at its end, measured). Without it AUTOTUNE parallelism is the CPU count and prefetch
+  # sizes its own buffer; the elements and their order are the same (``deterministic``).
+  options.autotune.enabled = False
   return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 

@@ -151,6 +151,16 @@ def test_batch_shapes_per_split(listops_dir):
   np.testing.assert_array_equal(batch["inputs"].numpy(), again["inputs"].numpy())  # seeded order
 
 
+def test_batches_run_without_the_autotuner_that_stalls_iterator_teardown(listops_dir):
+  # tf.data's model-based autotuner sleeps in periods growing to ~10 s, and destroying a training iterator
+  # that ran that long waited for the sleep: 10 s at the end of every cell (a quarter of a cpu ListOps
+  # cell). Every batched pipeline, training and evaluation, turns it off and stays deterministic.
+  task = tasks.get_task("listops")
+  for split, repeat in (("train", True), ("test", False)):
+    options = dataset(task, listops_dir, split, 8, max_length=64, repeat=repeat, name="tiny").options()
+    assert options.autotune.enabled is False and options.deterministic is True
+
+
 def test_every_generated_token_is_in_the_vocabulary():
   sources = [source for source, _ in listops.generate(40, seed=3, min_length=10, max_expression_length=80,
                                                       progress=False)]
