@@ -18,9 +18,9 @@
 # protocol's seeds, a fresh results folder) compiles little.
 #
 # Benchmark: on `cpu` every registered attention's core alone (forward + backward at the LRA Text
-# model's 4 heads x 64, batch 1) is timed at 256, 1024 and 4096 tokens (compiling is most of the
-# sweep's time, one compile per length, so three lengths spanning 16x), so the report has a
-# slope and a crossover length for every attention; on `smoke` the whole LRA Table 2 model at length 256
+# model's 4 heads x 64, batch 1, attention dropout off as in the cpu protocol's training) is timed at
+# 256, 512, 1024, 2048 and 4096 tokens, so the report has a slope and a crossover length for every
+# attention; on `smoke` the whole LRA Table 2 model at length 256
 # (batch 1); any other protocol sweeps the whole model at 1K..16K with batch 32 and 10 timed steps,
 # each point in a fresh process, as LRA Table 2. The benchmark runs after the suite, alone on the CPU.
 set -euo pipefail
@@ -110,18 +110,21 @@ fi
 if [ "$BENCH" = 1 ]; then
   echo "== efficiency benchmark" >&2
   if [ "$PROTOCOL" = cpu ]; then
-    # Compiling is ~3/4 of this sweep (h_transformer_1d's core alone ~28 s per length), so the attentions
-    # are dealt to $WORKERS processes side by side, each on one XLA thread: every point, vanilla's and
-    # flash's included, is timed under the same condition (one busy neighbour core), and the crossover
-    # table compares like with like.
+    # Compiling is most of this sweep, so the attentions are dealt to $WORKERS processes side by side,
+    # each on one XLA thread: every point, vanilla's and flash's included, is timed under the same
+    # condition (one busy neighbour core), and the crossover table compares like with like. Attention
+    # dropout is off: the method's arithmetic is what is timed. With LRA's 0.1 the mask's random bits
+    # (JAX's threefry) doubled some cores' step and made half of the sweep's compiling (all 46 cores at
+    # 1024 tokens, one process: 178 s with dropout, 108 s without; docs/cpu_protocol.md).
     NAMES=$($LRA_BENCH list 2>/dev/null | sed -n 's/^attentions: *//p' | tr ',' '\n' | tr -d ' ')
     BENCH_PIDS=()
     for ((w = 0; w < WORKERS; w++)); do
       PART=$(echo "$NAMES" | awk -v w="$w" -v n="$WORKERS" '(NR - 1) % n == w' | paste -sd, -)
       [ -n "$PART" ] || continue
       XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
-        $LRA_BENCH bench --mode core --attentions "$PART" --lengths 256,1024,4096 --noisolate \
-        --batch_size 1 --repeats 3 --warmup_steps 1 --results_dir "$RESULTS_DIR" \
+        $LRA_BENCH bench --mode core --attentions "$PART" --lengths 256,512,1024,2048,4096 --noisolate \
+        --batch_size 1 --repeats 3 --warmup_steps 1 --set model.attention_dropout_rate=0.0 \
+        --results_dir "$RESULTS_DIR" \
         > "$RESULTS_DIR/bench_worker$w.log" 2>&1 &
       BENCH_PIDS+=($!)
     done

@@ -273,3 +273,20 @@ def test_memory_columns_name_their_source_and_never_mix():
   # A CPU run (no point with a measured peak) has no peak table at all.
   (cpu,) = efficiency.efficiency_groups(BENCH, REFERENCE_EFF)
   assert cpu.peak_memory is None and cpu.memory_source == efficiency.COMPILED_MEMORY
+
+
+def test_the_attention_dropout_rate_is_in_the_caption_and_splits_sweeps():
+  """A point's cost depends on its attention dropout (the mask's random bits), so the captions name the
+  rate, and two sweeps of one mode, batch and device at different rates are two groups, two file stems."""
+  off = [dict(r, config={"model": {**r["config"]["model"], "attention_dropout_rate": 0.0}}) for r in CROSSING]
+  (group,) = efficiency.efficiency_groups(off, REFERENCE_EFF)
+  assert "attention dropout off" in group.setting and "attention dropout off" in group.crossover.caption
+  assert group.stem == "core_b4_cpu" and group.attention_dropout is None
+  on = [dict(r, config={"model": {**r["config"]["model"], "attention_dropout_rate": 0.1}},
+             config_hash=r["config_hash"] + "d") for r in CROSSING]
+  groups = efficiency.efficiency_groups(off + on, REFERENCE_EFF)
+  assert [(g.attention_dropout, g.stem) for g in groups] == [(0.0, "core_b4_cpu_dropout0"),
+                                                             (0.1, "core_b4_cpu_dropout0p1")]
+  assert "attention dropout 0.1" in groups[1].setting and "off" not in groups[1].setting
+  # each group holds its own sweep's points only
+  assert all(len(g.frame) == len(CROSSING) for g in groups)

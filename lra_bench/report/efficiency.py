@@ -32,9 +32,11 @@ def bench_frame(records: Sequence[dict]) -> pd.DataFrame:
     memory = r.get("compiled_memory_bytes")
     model = (r.get("config") or {}).get("model") or {}
     heads, qkv_dim = model.get("num_heads"), model.get("qkv_dim")
+    dropout = model.get("attention_dropout_rate")
     head_dim = qkv_dim // heads if isinstance(heads, int) and isinstance(qkv_dim, int) and heads else None
     rows.append({"attention": r["attention"], "family": attention_family(r["attention"]), "mode": r.get("mode"),
                  "batch_size": r.get("batch_size"), "num_heads": heads, "head_dim": head_dim,
+                 "attention_dropout": float(dropout) if isinstance(dropout, (int, float)) else None,
                  "backend": r.get("backend"), "device_kind": r.get("device_kind"), "length": r["max_length"],
                  "status": r["status"], "compile_only": bool(r.get("compile_only")),
                  "steps_per_second": r.get("steps_per_second"), "step_seconds_median": r.get("step_seconds_median"),
@@ -88,10 +90,15 @@ class EfficiencyGroup:
   crossover_frame: pd.DataFrame | None = None  # the same as numbers and texts (its CSV)
   what: str = ""                    # what one point measured ("attention core forward + backward")
   setting: str = ""                 # the shapes and the device ("batch 1, 4 heads x 64, cpu")
+  # Set where records of the same mode, batch and device ran with different attention dropout rates:
+  # then each rate is its own group, and the file names say which (a point's cost depends on it).
+  attention_dropout: float | None = None
 
   @property
   def stem(self) -> str:
-    return f"{self.mode}_b{self.batch_size}_{re.sub(r'[^A-Za-z0-9]+', '-', self.device_kind).strip('-').lower()}"
+    device = re.sub(r'[^A-Za-z0-9]+', '-', self.device_kind).strip('-').lower()
+    dropout = "" if self.attention_dropout is None else f"_dropout{self.attention_dropout:g}".replace(".", "p")
+    return f"{self.mode}_b{self.batch_size}_{device}{dropout}"
 
 
 def _point(frame: pd.DataFrame, attention: str, length: int) -> pd.Series | None:
@@ -259,16 +266,27 @@ def _efficiency_table(frame: pd.DataFrame, metric: str, fmt, caption: str, lengt
   return Table(columns + (["vs flash"] if no_flash else []), rows, caption=caption)
 
 
+def _dropout_text(frame: pd.DataFrame) -> str:
+  """", attention dropout 0.1" / ", attention dropout off" from the points' configs ("" where unknown)."""
+  rates = sorted(set(frame.get("attention_dropout", pd.Series(dtype=float)).dropna().tolist()))
+  if not rates:
+    return ""
+  return ", attention dropout " + "/".join("off" if r == 0 else f"{r:g}" for r in rates)
+
+
 def describe(mode: str, batch: int, device: str, frame: pd.DataFrame) -> tuple[str, str]:
-  """(what one point of ``mode`` measured, its setting: shapes and device), for captions and titles."""
+  """(what one point of ``mode`` measured, its setting: shapes, attention dropout and device), for captions
+  and titles. The dropout rate matters to the cost: with JAX's default (threefry) generator the mask's
+  random bits cost about as much as some cores' arithmetic on a CPU, and twice their compile time."""
+  dropout = _dropout_text(frame)
   if mode == "core":
     heads = sorted({int(h) for h in frame.get("num_heads", pd.Series(dtype=float)).dropna()})
     dims = sorted({int(d) for d in frame.get("head_dim", pd.Series(dtype=float)).dropna()})
     shape = (f", {'/'.join(map(str, heads))} heads x {'/'.join(map(str, dims))}" if heads and dims else "")
     return ("attention core forward + backward (gradient w.r.t. q, k, v and the core's parameters)",
-            f"batch {batch}{shape}, {device}")
+            f"batch {batch}{shape}{dropout}, {device}")
   what = "training step (forward + backward + AdamW)" if mode == "train" else "inference (forward only)"
-  return what, f"LRA Text model (4 layers, emb 256, 4 heads, mlp 1024), batch {batch}, {device}"
+  return what, f"LRA Text model (4 layers, emb 256, 4 heads, mlp 1024), batch {batch}{dropout}, {device}"
 
 
 def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> list[EfficiencyGroup]:
@@ -276,39 +294,49 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> l
   if frame.empty:
     return []
   groups = []
-  for (mode, batch, device), g in frame.groupby(["mode", "batch_size", "device_kind"], sort=True):
-    lengths = sorted(g.length.unique().tolist())
-    attentions = sorted(g.attention.unique(),
-                        key=lambda n: (n not in BASELINES, BASELINES.index(n) if n in BASELINES else 0, n))
-    what, setting = describe(mode, int(batch), device, g)
-    slope_note = "Last column: the fitted log-log slope in length (crossover table)."
-    speed = _efficiency_table(g, "steps_per_second", lambda v: f"{v:.2f}",
-                              f"Steps per second, {what}; {setting}. Median over repeats; "
-                              "(ratios vs vanilla and vs flash) at the same length. Last column: the fitted "
-                              "log-log slope of the time per step (seconds, the inverse of steps/s) in length.",
-                              lengths, attentions, ("step_seconds_median", "time slope"))
-    memory = _efficiency_table(g, "compiled_memory_bytes", _bytes,
-                               f"Memory per step, {COMPILED_MEMORY} (XLA memory_analysis of the compiled "
-                               f"step: arguments + outputs + temporaries − donated; computed, not measured, "
-                               f"so comparable across CPU/GPU/TPU), {what}; {setting}. "
-                               f"(ratios vs vanilla and vs flash). {slope_note}", lengths, attentions,
-                               ("compiled_memory_bytes", "slope"))
-    peak_memory = None
-    if g.peak_memory_bytes.notna().any():
-      peak_memory = _efficiency_table(
-          g, "peak_memory_bytes", _bytes,
-          f"Memory per step, {DEVICE_PEAK} (device memory_stats() peak_bytes_in_use while the point ran; "
-          f"n/a: not reported by this backend, or not separable from an earlier point in the same process), "
-          f"{what}; {setting}. (ratios vs vanilla and vs flash).", lengths, attentions)
-    flops = _efficiency_table(g, "flops_per_step", lambda v: f"{v / 1e9:.1f} G",
-                              f"XLA FLOPs per step, {what}; {setting}. (ratios vs vanilla and vs flash). "
-                              f"{slope_note}", lengths, attentions, ("flops_per_step", "slope"))
-    published = _published_efficiency(reference_eff, attentions) if mode == "train" else None
-    crossovers = crossover_frame(g, attentions)
-    groups.append(EfficiencyGroup(mode, int(batch), device, g, speed, memory, flops, published,
-                                  COMPILED_MEMORY, peak_memory, crossover_table(crossovers, what, setting, lengths),
-                                  crossovers, what, setting))
+  for (mode, batch, device), g_all in frame.groupby(["mode", "batch_size", "device_kind"], sort=True):
+    rates = g_all.get("attention_dropout", pd.Series(dtype=float))
+    split = rates.dropna().nunique() > 1  # two sweeps at different dropout rates: one group each
+    parts = ([(rate, g_all[rates == rate]) for rate in sorted(rates.dropna().unique())] if split
+             else [(None, g_all)])
+    for rate, g in parts:
+      groups.append(_efficiency_group(mode, batch, device, g, reference_eff, rate))
   return groups
+
+
+def _efficiency_group(mode: str, batch, device: str, g: pd.DataFrame, reference_eff: pd.DataFrame,
+                      attention_dropout: float | None) -> EfficiencyGroup:
+  lengths = sorted(g.length.unique().tolist())
+  attentions = sorted(g.attention.unique(),
+                      key=lambda n: (n not in BASELINES, BASELINES.index(n) if n in BASELINES else 0, n))
+  what, setting = describe(mode, int(batch), device, g)
+  slope_note = "Last column: the fitted log-log slope in length (crossover table)."
+  speed = _efficiency_table(g, "steps_per_second", lambda v: f"{v:.2f}",
+                            f"Steps per second, {what}; {setting}. Median over repeats; "
+                            "(ratios vs vanilla and vs flash) at the same length. Last column: the fitted "
+                            "log-log slope of the time per step (seconds, the inverse of steps/s) in length.",
+                            lengths, attentions, ("step_seconds_median", "time slope"))
+  memory = _efficiency_table(g, "compiled_memory_bytes", _bytes,
+                             f"Memory per step, {COMPILED_MEMORY} (XLA memory_analysis of the compiled "
+                             f"step: arguments + outputs + temporaries − donated; computed, not measured, "
+                             f"so comparable across CPU/GPU/TPU), {what}; {setting}. "
+                             f"(ratios vs vanilla and vs flash). {slope_note}", lengths, attentions,
+                             ("compiled_memory_bytes", "slope"))
+  peak_memory = None
+  if g.peak_memory_bytes.notna().any():
+    peak_memory = _efficiency_table(
+        g, "peak_memory_bytes", _bytes,
+        f"Memory per step, {DEVICE_PEAK} (device memory_stats() peak_bytes_in_use while the point ran; "
+        f"n/a: not reported by this backend, or not separable from an earlier point in the same process), "
+        f"{what}; {setting}. (ratios vs vanilla and vs flash).", lengths, attentions)
+  flops = _efficiency_table(g, "flops_per_step", lambda v: f"{v / 1e9:.1f} G",
+                            f"XLA FLOPs per step, {what}; {setting}. (ratios vs vanilla and vs flash). "
+                            f"{slope_note}", lengths, attentions, ("flops_per_step", "slope"))
+  published = _published_efficiency(reference_eff, attentions) if mode == "train" else None
+  crossovers = crossover_frame(g, attentions)
+  return EfficiencyGroup(mode, int(batch), device, g, speed, memory, flops, published, COMPILED_MEMORY,
+                         peak_memory, crossover_table(crossovers, what, setting, lengths), crossovers, what,
+                         setting, attention_dropout)
 
 
 def _published_efficiency(reference_eff: pd.DataFrame, attentions: Sequence[str]) -> Table | None:

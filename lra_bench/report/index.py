@@ -276,7 +276,8 @@ def _efficiency_section(out: _Out, g: EfficiencyGroup) -> None:
                                    ("memory", f"bytes per {per_step} ({g.memory_source})", "Memory"))]
   for figure in figures:
     out.written += figure
-  md = [f"## Efficiency — {g.mode}, batch {g.batch_size}, {g.device_kind}", ""]
+  dropout = "" if g.attention_dropout is None else f", attention dropout {g.attention_dropout:g}"
+  md = [f"## Efficiency — {g.mode}, batch {g.batch_size}{dropout}, {g.device_kind}", ""]
   for figure in figures:
     md += [f"![scaling]({out.rel(figure[0])})", ""]
   md += ["Log-log, one panel per attention family, vanilla and flash as grey dashed references in every "
