@@ -1,5 +1,5 @@
 """The CPU study protocol: what `./run_all.sh` runs by default on a laptop (2 cores, every registered
-attention, 28 minutes with the scaling benchmark, measured). Unlike ``smoke`` (the plumbing check: a minute
+attention, 27 minutes with the scaling benchmark, measured). Unlike ``smoke`` (the plumbing check: a minute
 per cell, accuracies that mean nothing), its accuracies are meant to be read: on ListOps the exact
 Transformer ends well above the majority class and far above a model that cannot use token order.
 
