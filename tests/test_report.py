@@ -290,3 +290,8 @@ def test_the_attention_dropout_rate_is_in_the_caption_and_splits_sweeps():
   assert "attention dropout 0.1" in groups[1].setting and "off" not in groups[1].setting
   # each group holds its own sweep's points only
   assert all(len(g.frame) == len(CROSSING) for g in groups)
+  # a point whose record has no config is kept, in a group of its own with the plain stem
+  bare = dict(bench_record("vanilla", 8192, 0.5, 2 ** 20, 1e9), mode="core", config_hash="bare")
+  groups = efficiency.efficiency_groups(off + on + [bare], REFERENCE_EFF)
+  assert [g.stem for g in groups] == ["core_b4_cpu_dropout0", "core_b4_cpu_dropout0p1", "core_b4_cpu"]
+  assert groups[2].frame.length.tolist() == [8192]

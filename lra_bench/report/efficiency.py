@@ -266,12 +266,17 @@ def _efficiency_table(frame: pd.DataFrame, metric: str, fmt, caption: str, lengt
   return Table(columns + (["vs flash"] if no_flash else []), rows, caption=caption)
 
 
+def dropout_words(rate: float) -> str:
+  """An attention dropout rate as captions and headings write it: "off" or "0.1"."""
+  return "off" if rate == 0 else f"{rate:g}"
+
+
 def _dropout_text(frame: pd.DataFrame) -> str:
   """", attention dropout 0.1" / ", attention dropout off" from the points' configs ("" where unknown)."""
   rates = sorted(set(frame.get("attention_dropout", pd.Series(dtype=float)).dropna().tolist()))
   if not rates:
     return ""
-  return ", attention dropout " + "/".join("off" if r == 0 else f"{r:g}" for r in rates)
+  return ", attention dropout " + "/".join(map(dropout_words, rates))
 
 
 def describe(mode: str, batch: int, device: str, frame: pd.DataFrame) -> tuple[str, str]:
@@ -296,9 +301,10 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> l
   groups = []
   for (mode, batch, device), g_all in frame.groupby(["mode", "batch_size", "device_kind"], sort=True):
     rates = g_all.get("attention_dropout", pd.Series(dtype=float))
-    split = rates.dropna().nunique() > 1  # two sweeps at different dropout rates: one group each
-    parts = ([(rate, g_all[rates == rate]) for rate in sorted(rates.dropna().unique())] if split
-             else [(None, g_all)])
+    parts = [(None, g_all)]
+    if rates.dropna().nunique() > 1:  # two sweeps at different dropout rates: one group each
+      parts = [(rate, g_all[rates == rate]) for rate in sorted(rates.dropna().unique())]
+      parts += [(None, g_all[rates.isna()])] if rates.isna().any() else []  # points without a config
     for rate, g in parts:
       groups.append(_efficiency_group(mode, batch, device, g, reference_eff, rate))
   return groups

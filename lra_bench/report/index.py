@@ -23,7 +23,8 @@ import attention_zoo
 from lra_bench.experiments import results
 from lra_bench.report import curves, plots, pretraining, recall, viz
 from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
-from lra_bench.report.efficiency import EfficiencyGroup, efficiency_groups, family_order, scaling_series
+from lra_bench.report.efficiency import (EfficiencyGroup, dropout_words, efficiency_groups, family_order,
+                                         scaling_series)
 from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, SPT_FILE, TASK_TITLES,
                                         load_followups, load_reference, load_spt_reference)
 
@@ -276,7 +277,7 @@ def _efficiency_section(out: _Out, g: EfficiencyGroup) -> None:
                                    ("memory", f"bytes per {per_step} ({g.memory_source})", "Memory"))]
   for figure in figures:
     out.written += figure
-  dropout = "" if g.attention_dropout is None else f", attention dropout {g.attention_dropout:g}"
+  dropout = "" if g.attention_dropout is None else f", attention dropout {dropout_words(g.attention_dropout)}"
   md = [f"## Efficiency — {g.mode}, batch {g.batch_size}{dropout}, {g.device_kind}", ""]
   for figure in figures:
     md += [f"![scaling]({out.rel(figure[0])})", ""]
