@@ -295,3 +295,11 @@ def test_the_attention_dropout_rate_is_in_the_caption_and_splits_sweeps():
   groups = efficiency.efficiency_groups(off + on + [bare], REFERENCE_EFF)
   assert [g.stem for g in groups] == ["core_b4_cpu_dropout0", "core_b4_cpu_dropout0p1", "core_b4_cpu"]
   assert groups[2].frame.length.tolist() == [8192]
+  # one sweep in which a preset runs at its own rate (LRA's reformer: no attention dropout) stays one
+  # group, its crossovers against vanilla computed, and the caption names the exception
+  preset = [r if r["attention"] != "never_faster" else
+            dict(r, config={"model": {**r["config"]["model"], "attention_dropout_rate": 0.0}}) for r in on]
+  (group,) = efficiency.efficiency_groups(preset, REFERENCE_EFF)
+  assert group.stem == "core_b4_cpu" and set(group.frame.attention) == {r["attention"] for r in CROSSING}
+  assert "attention dropout 0.1 (off for never_faster)" in group.crossover.caption
+  assert group.crossover_frame.set_index("attention").loc["faster_from_1024", "faster_than_vanilla_from"] == 1024

@@ -272,11 +272,21 @@ def dropout_words(rate: float) -> str:
 
 
 def _dropout_text(frame: pd.DataFrame) -> str:
-  """", attention dropout 0.1" / ", attention dropout off" from the points' configs ("" where unknown)."""
-  rates = sorted(set(frame.get("attention_dropout", pd.Series(dtype=float)).dropna().tolist()))
-  if not rates:
+  """", attention dropout 0.1" / ", attention dropout off" from the points' configs ("" where unknown).
+  Where attentions differ (an LRA preset's own rate: reformer ran without attention dropout), the most
+  common rate and the exceptions: ", attention dropout 0.1 (off for reformer)"."""
+  if "attention_dropout" not in frame:
     return ""
-  return ", attention dropout " + "/".join(map(dropout_words, rates))
+  known = frame.dropna(subset=["attention_dropout"])
+  if known.empty:
+    return ""
+  rate_of = known.groupby("attention").attention_dropout.first()
+  counts = rate_of.value_counts()
+  common = max(counts.index, key=lambda r: (counts[r], -r))
+  text = ", attention dropout " + dropout_words(common)
+  others = [f"{dropout_words(r)} for {', '.join(sorted(rate_of.index[rate_of == r]))}"
+            for r in sorted(counts.index) if r != common]
+  return text + (f" ({'; '.join(others)})" if others else "")
 
 
 def describe(mode: str, batch: int, device: str, frame: pd.DataFrame) -> tuple[str, str]:
@@ -302,7 +312,10 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> l
   for (mode, batch, device), g_all in frame.groupby(["mode", "batch_size", "device_kind"], sort=True):
     rates = g_all.get("attention_dropout", pd.Series(dtype=float))
     parts = [(None, g_all)]
-    if rates.dropna().nunique() > 1:  # two sweeps at different dropout rates: one group each
+    # Two sweeps at different dropout rates (some attention measured at both): one group each. Attentions
+    # that differ only by their preset's own rate (LRA's reformer: none) stay together; the caption says so.
+    per_attention = rates.groupby(g_all.attention).nunique()
+    if (per_attention > 1).any():
       parts = [(rate, g_all[rates == rate]) for rate in sorted(rates.dropna().unique())]
       parts += [(None, g_all[rates.isna()])] if rates.isna().any() else []  # points without a config
     for rate, g in parts:
