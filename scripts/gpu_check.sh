@@ -180,13 +180,16 @@ done
 
 # 5. Report (needs no accelerator: GPU_CHECK_SKIP_REPORT=1 leaves it to `lra-bench report` elsewhere) -------
 REPORT_RC=0
+REPORT_STATUS="skipped (GPU_CHECK_SKIP_REPORT=1)"
 if [ "${GPU_CHECK_SKIP_REPORT:-0}" != "1" ]; then
   say "report"
   "$PY" -m lra_bench report --results_dir "$RESULTS" --out "$OUT/report" 2>&1 | tail -n 3
   REPORT_RC=${PIPESTATUS[0]}
+  REPORT_STATUS="$OUT/report/index.md"
+  [ "$REPORT_RC" = 0 ] || REPORT_STATUS="FAILED (exit $REPORT_RC)"
 fi
 
-say "done in $(elapsed) s: core tests $TEST_STATUS; report $( [ "${GPU_CHECK_SKIP_REPORT:-0}" = 1 ] && echo "skipped (GPU_CHECK_SKIP_REPORT=1)" || { [ "$REPORT_RC" = 0 ] && echo "$OUT/report/index.md" || echo "FAILED (exit $REPORT_RC)"; })"
+say "done in $(elapsed) s: core tests $TEST_STATUS; report $REPORT_STATUS"
 if [ "${#NOT_RUN[@]}" -gt 0 ]; then
   say "not measured within the budget (rerun the same command to continue): ${NOT_RUN[*]}"
 fi

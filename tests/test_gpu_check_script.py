@@ -20,9 +20,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def _not_measured(tmp_path, attentions):
   env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_SMOKE="1", GPU_CHECK_SKIP_TESTS="1",
              GPU_CHECK_SKIP_REPORT="1", GPU_CHECK_BENCH_BUDGET_S="0", GPU_CHECK_OUT=str(tmp_path / "out"),
-             JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"), JAX_PLATFORMS="cpu")
-  if attentions is not None:
-    env["GPU_CHECK_ATTENTIONS"] = attentions
+             JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"), JAX_PLATFORMS="cpu",
+             GPU_CHECK_ATTENTIONS=attentions)
   proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], env=env, capture_output=True,
                         text=True, timeout=300, check=False)
   match = re.search(r"not measured within the budget \(rerun the same command to continue\): (.*)$",
