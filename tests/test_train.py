@@ -12,6 +12,7 @@ import time
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -219,3 +220,31 @@ def test_sown_losses_are_added_to_the_training_loss():
   assert penalty[0] - plain[0] == pytest.approx(5.0 * 1, rel=1e-6)  # + 5 * scale**2 per layer (1 layer)
   assert penalty[1] == pytest.approx(plain[1], rel=1e-6)           # evaluation collects no aux loss
   assert penalty[2] > max(plain[2], 9.0)  # d(5 scale^2)/d scale = 10 joins the gradient (norm ~10.6 vs ~3.6)
+
+
+def test_the_loop_queues_at_most_its_time_bound_ahead_of_the_device(listops_dir, tmp_path, monkeypatch):
+  """JAX dispatches steps ahead of the device. Unbounded, the loop queued every step up to the next log
+  boundary and a Ctrl-C (read before each dispatch) took effect only when the device had run them all
+  (minutes on a slow config). Here each step is a chain of matrix products (~tens of ms on a CPU)
+  whose loss feeds the next step, as a train state does; at each dispatch the steps not finished yet
+  are counted with ``is_ready``. With the bound at ~0 s of queued work, once the first log interval
+  has timed a step only the step before may still run (unbounded, the count climbed to ~10 here)."""
+  losses, pending = [], []
+  work = jax.jit(lambda x, m: jax.lax.fori_loop(0, 40, lambda i, a: jnp.tanh(a @ m), x).mean())
+  matrix = jnp.eye(256) * 0.5
+
+  def make_step(state, batch):
+    pending.append(sum(not loss.is_ready() for loss in losses))
+    previous = losses[-1] if losses else jnp.zeros(())
+    losses.append(work(jnp.full((256, 256), previous), matrix))
+    return state.replace(step=state.step + 1), {"loss": losses[-1], "accuracy": np.float32(0.0),
+                                                 "grad_norm": np.float32(0.0)}
+
+  monkeypatch.setattr(loop, "compile_train_step",
+                      lambda placed, state, shapes: (make_step, 0.5, {"flops": 1.0}))
+  monkeypatch.setattr(loop.Run, "MAX_QUEUED_SECONDS", 1e-9)   # -> 2 in flight
+  run = loop.Run(tiny_config(num_train_steps=40, log_every=4, eval_every=40, checkpoint_every=40),
+                 str(tmp_path / "run"), listops_dir)
+  run.train()
+  assert len(pending) == 40
+  assert max(pending[5:]) <= 1, pending   # from step 5 on: the interval after the first timed one
