@@ -19,8 +19,17 @@ What LRA ran (the ``lra`` protocol preset, ``configs/lra.py``, runs the same): t
 Retrieval, Image and Pathfinder (``performer.py``: ``_DEFAULT_ATTENTION_FN_CLS = 'generalized'``), and on
 ListOps FAVOR+ softmax with **2** random features and ``ortho_scaling=0`` (chi norms):
 ``listops/configs/performer_base.py``. LRA's core had no attention dropout (the preset sets it to 0).
-The default here (FAVOR+, M = 256) is the Performer paper's; Xiong et al.'s "Performer (256)" used a
-ReLU feature map over a 256-dim random projection (performer_pytorch), which has no form here.
+The default here (FAVOR+, M = 256) is the Performer paper's. Xiong et al.'s "Performer (256)"
+(mlpen/Nystromformer ``LRA/code/attention_performer.py``, the ``xiong`` protocol's preset) ran FAVOR+
+too: its config says ``kernel_type: relu``, but it builds performer_pytorch's ``FastAttention(dim_heads,
+nb_features=256, kernel_fn=ReLU())`` without ``generalized_attention=True``, and ``kernel_fn`` is read
+only then, so the softmax kernel ran. Its quirks, as that preset reproduces them: q and k divided by
+D^{1/4} before ``softmax_kernel`` scales them by D^{-1/4} again (``input_normalizations=2``: exp(q·k/D)),
+ε = 1e-4 (performer_pytorch's), chi row norms (``ortho_scaling=0``), one matrix per layer drawn when the
+model is built and never redrawn (``redraw="fixed"``), and no attention dropout. It zeroed padded keys
+(``K * mask``), which still get the feature ``M^{-1/2}(exp(−max) + ε)`` and so weight in the
+denominator; here padded keys get zero weight (below). Its key stabilizer is one max over the whole
+batch (here per batch and head; it cancels in the ratio up to the ε term).
 
 Differences from the reference code (google-research ``fast_attention.py`` / the LRA fork):
 
@@ -94,6 +103,10 @@ class PerformerConfig(AttentionConfig):
     numerical_stabilizer: ε added to softmax features (upstream LRA value 1e-6).
     kernel_epsilon: added to relu features (upstream 1e-3).
     causal_chunk: chunk length C of the causal prefix sums.
+    input_normalizations: how many times q and k are multiplied by D^{-1/4} before the softmax kernel's
+      features: 1 (FAVOR+: the features estimate exp(q·k/√D), softmax attention) or 2 (Xiong et al.'s
+      LRA code, which divides q and k by D^{1/4} and then calls performer_pytorch's ``softmax_kernel``,
+      which scales by D^{-1/4} again: the features estimate exp(q·k/D), a softmax at temperature √D).
   """
 
   family = "kernel"
@@ -106,6 +119,7 @@ class PerformerConfig(AttentionConfig):
   numerical_stabilizer: float = 1e-6
   kernel_epsilon: float = 1e-3
   causal_chunk: int = 64
+  input_normalizations: int = 1
 
   paper_name = "Performer"
 
@@ -116,6 +130,10 @@ class PerformerConfig(AttentionConfig):
         raise ValueError(f"performer {field} must be one of {allowed}, got {getattr(self, field)!r}")
     if self.nb_features < 1 or self.causal_chunk < 1:
       raise ValueError("performer nb_features and causal_chunk must be >= 1")
+    if self.input_normalizations not in (1, 2):
+      raise ValueError(f"performer input_normalizations must be 1 or 2, got {self.input_normalizations!r}")
+    if self.input_normalizations != 1 and self.kernel != "softmax":
+      raise ValueError("performer input_normalizations applies to kernel='softmax' only")
 
   def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
     """H·(F·D + F + 1): the running sums Σ φ(k) vᵀ and Σ φ(k), F = M (``nb_features``) and the running
@@ -284,6 +302,8 @@ class PerformerAttention(nn.Module):
     if cfg.kernel == "softmax":
       projection = self.projection(dim, _common.accum_dtype(query, key))
       self.sow("intermediates", "projection", projection)
+      if cfg.input_normalizations == 2:  # the extra D^{-1/4} of Xiong et al.'s code (see the config)
+        query, key = (x.astype(_common.accum_dtype(x)) * dim ** -0.25 for x in (query, key))
       q_features = softmax_features(query, projection, is_query=True, stabilizer=cfg.numerical_stabilizer)
       k_features = softmax_features(key, projection, is_query=False, mask=mask, heads_first=True,
                                     stabilizer=cfg.numerical_stabilizer, key_log_scale=cfg.causal)

@@ -39,7 +39,12 @@ NYSTROM = {"conv_kernel": 35,          # conv_kernel_size 35 for every nystrom-<
 ATTENTION_KWARGS = {
     "linformer": {"k": 256},                                       # linformer-256: linformer_k 256
     "reformer": {"n_hashes": 2},                                   # reformer-2: num_hash 2
-    "performer": {"nb_features": 256},                             # performer-256: rp_dim 256
+    # performer-256: rp_dim 256. attention_performer.py passes kernel_fn=ReLU() (config kernel_type
+    # "relu") but not generalized_attention=True, so performer_pytorch ran its softmax kernel (FAVOR+);
+    # q, k pre-divided by D^{1/4} and scaled again inside (2 normalizations), eps 1e-4, the projection
+    # drawn once when the layer is built (FastAttention's buffer; nothing redraws it), chi norms.
+    "performer": {"nb_features": 256, "input_normalizations": 2, "numerical_stabilizer": 1e-4,
+                  "redraw": "fixed"},
     "nystromformer": {"num_landmarks": 64, **NYSTROM},             # nystrom-64
     "nystromformer_32": {"num_landmarks": 32, **NYSTROM},
     "nystromformer_128": {"num_landmarks": 128, **NYSTROM},
@@ -55,15 +60,23 @@ PUBLISHED_DIFFERENCES = {
                   "init; this core: one per layer shared by the heads, Xavier init"),
     "reformer": ("HuggingFace transformers' LSHSelfAttention (buckets from the length, chunks of 64, one "
                  "chunk back): trax's form as this core's default, not compared line by line"),
-    "performer": ("kernel_type relu over a 256-dim random projection (performer_pytorch generalized "
-                  "attention), which this core has no form for: it runs FAVOR+ softmax with 256 features"),
+    "performer": "",
 }
+# Xiong et al.'s attention modules: only SoftmaxAttention applies attention dropout (its drop_attn);
+# NystromAttention, LinformerAttention, PerformerAttention (performer_pytorch's FastAttention),
+# LinearAttention and the reformer (transformers' LSHSelfAttention with ReformerConfig's default
+# lsh_attention_probs_dropout_prob = 0) apply none, whatever the config's attention_dropout says.
+NO_ATTENTION_DROPOUT = ("nystromformer", "nystromformer_32", "nystromformer_128", "nystromformer_256",
+                        "linformer", "performer", "reformer", "linear_transformer")
 
 
 def attention_settings(config: ml_collections.ConfigDict) -> dict:
   """Config key -> value Xiong et al. ran for ``config.model.attention`` (every task alike)."""
   kwargs = ATTENTION_KWARGS.get(config.model.attention, {})
-  return {f"model.attention_kwargs.{name}": value for name, value in kwargs.items()}
+  settings = {f"model.attention_kwargs.{name}": value for name, value in kwargs.items()}
+  if config.model.attention in NO_ATTENTION_DROPOUT:
+    settings["model.attention_dropout_rate"] = 0.0
+  return settings
 
 
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:

@@ -92,7 +92,10 @@ NO_ATTENTION_DROPOUT = {"performer", "reformer", "linear_transformer", "bigbird"
 
 # mlpen/Nystromformer LRA/code/lra_config.py extra_attn_config (every task alike).
 XIONG_KWARGS = {
-    "linformer": {"k": 256}, "reformer": {"n_hashes": 2}, "performer": {"nb_features": 256},
+    "linformer": {"k": 256}, "reformer": {"n_hashes": 2},
+    # attention_performer.py: FastAttention(nb_features=rp_dim) without generalized_attention (FAVOR+),
+    # q, k / D^{1/4} before softmax_kernel's own D^{-1/4}, its eps 1e-4, the buffer drawn once
+    "performer": {"nb_features": 256, "input_normalizations": 2, "numerical_stabilizer": 1e-4, "redraw": "fixed"},
     "nystromformer": {"num_landmarks": 64, "conv_kernel": 35, "pinv_init": "batch"},
     "nystromformer_32": {"num_landmarks": 32, "conv_kernel": 35, "pinv_init": "batch"},
     "nystromformer_128": {"num_landmarks": 128, "conv_kernel": 35, "pinv_init": "batch"},
@@ -136,6 +139,9 @@ def test_xiong_preset_is_what_xiong_ran(attention):
   for task in ("listops", "image"):
     config = config_lib.load_config("xiong", task, attention=attention)
     assert config.model.attention_kwargs.to_dict() == XIONG_KWARGS[attention]
+    # only Xiong et al.'s SoftmaxAttention dropped attention weights (drop_attn); the others never read
+    # the config's attention_dropout
+    assert config.model.attention_dropout_rate == (0.1 if attention == "vanilla" else 0.0), attention
   assert set(xiong_protocol.PUBLISHED_DIFFERENCES) <= set(XIONG_KWARGS)
 
 

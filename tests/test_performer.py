@@ -69,6 +69,41 @@ def test_favor_equals_quadratic_form_of_its_features(x64):
   np.testing.assert_allclose(np.asarray(out)[mask], expected[mask], rtol=1e-9, atol=1e-12)
 
 
+def test_two_input_normalizations_equal_xiong_et_al_features(x64):
+  """``input_normalizations=2`` (Xiong et al.'s performer: q and k divided by D^{1/4}, then
+  performer_pytorch's softmax_kernel scales them by D^{-1/4} again): the quadratic form of the FAVOR+
+  features of q·D^{-1/4} and k·D^{-1/4}, with the drawn W and that code's ε = 1e-4."""
+  q, k, v = random_qkv(1, 2, 37, 2, 8, 3, dtype=jnp.float64)
+  mask = padded_mask(2, 37, 9)
+  core = create("performer", nb_features=24, input_normalizations=2, numerical_stabilizer=1e-4)
+  out, sown = run_core(core, q, k, v, mask, intermediates=True)
+  w = np.asarray(sown["projection"][0])
+  scaled = lambda x: np.asarray(x) * x.shape[-1] ** -0.25
+  expected = quadratic_form(numpy_favor_features(scaled(q), w, eps=1e-4),
+                            numpy_favor_features(scaled(k), w, mask, eps=1e-4), v, False)
+  np.testing.assert_allclose(np.asarray(out)[mask], expected[mask], rtol=1e-9, atol=1e-12)
+  once = run_core(create("performer", nb_features=24, numerical_stabilizer=1e-4), q, k, v, mask)
+  assert np.abs(np.asarray(once) - np.asarray(out))[mask].max() > 1e-3   # a different function
+
+
+def test_two_input_normalizations_approximate_softmax_at_temperature_sqrt_d(x64):
+  """With many features the ``input_normalizations=2`` core approaches softmax(q·k/D) (not /√D)."""
+  q, k, v = random_qkv(4, 1, 16, 1, 8, 3, dtype=jnp.float64)
+  mask = padded_mask(1, 16, 3)
+  core = create("performer", nb_features=4096, input_normalizations=2, redraw="fixed")
+  out = np.asarray(run_core(core, q, k, v, mask))
+  want = dense_masked_attention(np.asarray(q) / 8 ** 0.5, k, v, key_and_causal_mask(mask, False))
+  other = dense_masked_attention(q, k, v, key_and_causal_mask(mask, False))
+  err = np.abs(out - np.asarray(want))[mask].max()
+  assert err < 0.05 and err < 0.5 * np.abs(out - np.asarray(other))[mask].max(), err
+
+
+@pytest.mark.parametrize("kwargs", [{"input_normalizations": 3}, {"input_normalizations": 2, "kernel": "relu"}])
+def test_bad_input_normalizations_are_refused(kwargs):
+  with pytest.raises(ValueError, match="input_normalizations"):
+    performer.PerformerConfig(**kwargs)
+
+
 def test_causal_favor_equals_its_dense_definition(x64):
   """Padding at the end (example 0) and in the middle (example 1); chunks of 8 at L = 37. Large
   inputs so that the running max really grows inside and across chunks."""
