@@ -6,7 +6,10 @@ Source: mlpen/Nystromformer ``LRA/code/lra_config.py`` (its model and training b
 summarised in docs/lra_protocol.md §6). Path-X is not in that protocol; it gets the Pathfinder training
 settings at 16K here.
 Evaluation covers the full validation split (the original ran a fixed number of eval batches), and the
-data keep the task lengths (the original padded max_seq_len up to a power of 2: 2048, 4096).
+data keep the task lengths (the original padded max_seq_len up to a power of 2: 2048, 4096). Also
+different on purpose: MEAN pooling averages the real tokens (the original's ``inp.mean(dim=1)`` divided
+the sum over real tokens by the padded length), and the Q/K/V/output projections have no bias (the
+original's ``nn.Linear`` layers had one) and this encoder's initialisers (PyTorch's defaults there).
 
   lra-bench train --task text --attention vanilla --protocol xiong --workdir runs/text_xiong
 """
@@ -90,7 +93,8 @@ def get_config(task: str = "listops") -> ml_collections.ConfigDict:
   c.model.dropout_rate = 0.1
   c.model.attention_dropout_rate = 0.1
   c.model.pooling = "MEAN"
-  c.model.positions = "learned"         # learn_pos_emb=True
+  c.model.positions = "learned"         # learn_pos_emb=True, N(0, 0.02) (model.py)
+  c.model.embed_init_std = 0.02         # model.py: word_embeddings normal_(std=0.02) (LRA's: N(0, 1))
   max_length, batch_size, warmup, steps, eval_every = TRAINING[task]
   c.data.max_length = max_length
   c.batch_size = batch_size

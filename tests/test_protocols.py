@@ -51,6 +51,7 @@ def test_combiner_and_xiong():
   assert config_lib.load_config("lra", "pathfinder").data.options.contour_length == 14
   c = config_lib.load_config("xiong", "retrieval")
   assert (c.model.num_layers, c.model.emb_dim, c.model.mlp_dim, c.model.pooling) == (2, 64, 128, "MEAN")
+  assert (c.model.positions, c.model.embed_init_std) == ("learned", 0.02)   # model.py: both N(0, 0.02)
   assert (c.optimizer.learning_rate, c.optimizer.warmup_steps, c.num_train_steps) == (1e-4, 800, 30_000)
   schedule = optim.learning_rate_schedule(c.optimizer)
   lr = [float(schedule(s)) for s in (0, 400, 800, 15_400, 30_000)]
