@@ -50,8 +50,13 @@ Differences from the reference code (LRA ``reformer/reformer_attention.py``; ori
   rounds); LRA had none in this core.
 - The ``lra`` protocol preset (``configs/lra.py``) runs LRA's form: ``chunk_len=None, n_buckets=10,
   n_hashes=1, lra_sqrt_d_quirk=True, normalize_keys=False, mask_self=False, redraw="fixed"`` and no
-  attention dropout; the ``xiong`` preset ``n_hashes=2`` (Xiong et al. ran HuggingFace's LSH attention,
-  trax's form as the default here).
+  attention dropout; the ``xiong`` preset ``n_hashes=2`` and transformers' bucket count (Xiong et al.
+  ran transformers' ``LSHSelfAttention``, whose other defaults are this core's: chunks of 64 looking one
+  chunk back, shared QK with keys normalised by their rms and logits divided by √D, a position's own key
+  at −1e5, rotations drawn per head on every call, rounds combined by logsumexp, no dropout; it chose
+  the largest power of 2 ≤ 2·L/64 buckets, 64 at its padded ListOps length 2048, where this core's
+  default is 32: ``configs/xiong.py`` ``lsh_buckets``). transformers hashed padded positions like real
+  ones (masking them as keys); here they sort to the end.
 - Duplicate keys are not removed: with R > 1 a key can be in the windows of several rounds (and,
   across a round boundary, twice in one window) and then counts once per occurrence, as in trax/LRA.
 """

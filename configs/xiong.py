@@ -16,6 +16,8 @@ original's ``nn.Linear`` layers had one) and this encoder's initialisers (PyTorc
 
 from __future__ import annotations
 
+import math
+
 import ml_collections
 
 from configs import lra
@@ -41,7 +43,11 @@ NYSTROM = {"conv_kernel": 35,          # conv_kernel_size 35 for every nystrom-<
            "pinv_init": "batch"}
 ATTENTION_KWARGS = {
     "linformer": {"k": 256},                                       # linformer-256: linformer_k 256
-    "reformer": {"n_hashes": 2},                                   # reformer-2: num_hash 2
+    # reformer-2: num_hash 2; transformers' LSHSelfAttention, whose other defaults are this core's
+    # (chunks of 64 looking one chunk back, shared QK with length-normalised keys and logits / sqrt(D),
+    # self-attention only as a last resort at -1e5, rotations redrawn every call, rounds combined by
+    # logsumexp, LSH dropout 0); n_buckets: lsh_buckets() below
+    "reformer": {"n_hashes": 2},
     # performer-256: rp_dim 256. attention_performer.py passes kernel_fn=ReLU() (config kernel_type
     # "relu") but not generalized_attention=True, so performer_pytorch ran its softmax kernel (FAVOR+);
     # q, k pre-divided by D^{1/4} and scaled again inside (2 normalizations), eps 1e-4, the projection
@@ -61,8 +67,7 @@ PUBLISHED_DIFFERENCES = {
     "nystromformer": "",
     "linformer": ("attention_linformer.py keeps one projection per head shared by all layers, N(0, 0.02) "
                   "init; this core: one per layer shared by the heads, Xavier init"),
-    "reformer": ("HuggingFace transformers' LSHSelfAttention (buckets from the length, chunks of 64, one "
-                 "chunk back): trax's form as this core's default, not compared line by line"),
+    "reformer": "",
     "performer": "",
 }
 # Xiong et al.'s attention modules: only SoftmaxAttention applies attention dropout (its drop_attn);
@@ -73,9 +78,25 @@ NO_ATTENTION_DROPOUT = ("nystromformer", "nystromformer_32", "nystromformer_128"
                         "linformer", "performer", "reformer", "linear_transformer")
 
 
+def lsh_buckets(max_length: int, chunk: int = 64) -> int | None:
+  """The number of buckets transformers' ``LSHSelfAttention`` chose for Xiong et al.'s reformer
+  (``ReformerConfig`` leaves ``num_buckets`` unset, so ``_set_num_buckets`` takes the largest power of 2
+  <= 2·(length // chunk), chunks of 64) at their input length, ``max_seq_len`` rounded up to a power
+  of 2 by ``run_tasks.py`` (ListOps 2048 -> 64 buckets, each about half a chunk; this core's own default
+  is ~P/C = 32). None where transformers factorised the buckets (above 2·max(√(length // chunk),
+  chunk)), which this core has no form for (Path-X only)."""
+  padded = 2 ** math.ceil(math.log2(max_length))
+  power = (2 * (padded // chunk)).bit_length() - 1
+  limit = 2 * max(int((padded // chunk) ** 0.5), chunk)
+  return 2 ** power if 2 ** power <= limit else None
+
+
 def attention_settings(config: ml_collections.ConfigDict) -> dict:
-  """Config key -> value Xiong et al. ran for ``config.model.attention`` (every task alike)."""
-  kwargs = ATTENTION_KWARGS.get(config.model.attention, {})
+  """Config key -> value Xiong et al. ran for ``config.model.attention`` (every task alike, but the
+  reformer's bucket count, which follows the task's length)."""
+  kwargs = dict(ATTENTION_KWARGS.get(config.model.attention, {}))
+  if config.model.attention == "reformer" and lsh_buckets(config.data.max_length) is not None:
+    kwargs["n_buckets"] = lsh_buckets(config.data.max_length)
   settings = {f"model.attention_kwargs.{name}": value for name, value in kwargs.items()}
   if config.model.attention in NO_ATTENTION_DROPOUT:
     settings["model.attention_dropout_rate"] = 0.0

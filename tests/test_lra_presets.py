@@ -92,7 +92,9 @@ NO_ATTENTION_DROPOUT = {"performer", "reformer", "linear_transformer", "bigbird"
 
 # mlpen/Nystromformer LRA/code/lra_config.py extra_attn_config (every task alike).
 XIONG_KWARGS = {
-    "linformer": {"k": 256}, "reformer": {"n_hashes": 2},
+    "linformer": {"k": 256},
+    # transformers' LSHSelfAttention picked the buckets from the length (a power of 2 <= 2 * 2048 // 64)
+    "reformer": {"n_hashes": 2, "n_buckets": 64},
     # attention_performer.py: FastAttention(nb_features=rp_dim) without generalized_attention (FAVOR+),
     # q, k / D^{1/4} before softmax_kernel's own D^{-1/4}, its eps 1e-4, the buffer drawn once
     "performer": {"nb_features": 256, "input_normalizations": 2, "numerical_stabilizer": 1e-4, "redraw": "fixed"},
@@ -138,11 +140,22 @@ def test_every_lra_table1_model_has_a_preset():
 def test_xiong_preset_is_what_xiong_ran(attention):
   for task in ("listops", "image"):
     config = config_lib.load_config("xiong", task, attention=attention)
-    assert config.model.attention_kwargs.to_dict() == XIONG_KWARGS[attention]
+    expected = dict(XIONG_KWARGS[attention])
+    if attention == "reformer" and task == "image":  # 1024 tokens: 2 * 1024 // 64 = 32 buckets
+      expected["n_buckets"] = 32
+    assert config.model.attention_kwargs.to_dict() == expected
     # only Xiong et al.'s SoftmaxAttention dropped attention weights (drop_attn); the others never read
     # the config's attention_dropout
     assert config.model.attention_dropout_rate == (0.1 if attention == "vanilla" else 0.0), attention
   assert set(xiong_protocol.PUBLISHED_DIFFERENCES) <= set(XIONG_KWARGS)
+
+
+def test_xiong_reformer_buckets_follow_transformers_rule():
+  """transformers' _set_num_buckets at run_tasks.py's padded length: 2 ** floor(log2(2 * P // 64)),
+  factorised (no form here: the core's default stays) above 2 * max(sqrt(P // 64), 64)."""
+  assert [xiong_protocol.lsh_buckets(n) for n in (1024, 2000, 2048, 3000, 4000)] == [32, 64, 64, 128, 128]
+  assert xiong_protocol.lsh_buckets(16384) is None          # 2 * 256 = 512 > 128: factorised
+  assert "n_buckets" not in config_lib.load_config("xiong", "pathx", attention="reformer").model.attention_kwargs
 
 
 def test_combiner_protocol_uses_lra_presets_and_smoke_none():
