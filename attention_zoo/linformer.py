@@ -31,6 +31,9 @@ Differences from LRA ``linformer/linformer_attention.py`` (and fairseq ``example
   (measured at the xiong ListOps shape, B 32, L 2000, 2 heads of 32, k 256, one thread, fwd + bwd with
   dropout: 4.2 s in that layout, 2.2 s heads first). Attention dropout draws its mask in the
   [B, L, H, k] layout, so the dropout bits of a seeded run do not depend on the layout.
+- Xiong et al.'s ``attention_linformer.py`` (the ``xiong`` protocol: ``per_head=True, init_std=0.02``,
+  with ``model.share_attention_core`` so that both layers use one projection, as its class attribute
+  did): E [H, k, n] N(0, 0.02), one for keys and values, applied to masked keys and values (as here).
 - No causal form: ``causal=True`` raises ``NotImplementedError`` (the length projection mixes future
   positions into every projected key).
 """
@@ -56,6 +59,9 @@ class LinformerConfig(AttentionConfig):
     k: projected length (LRA: 16).
     k_fraction: if set, k = ceil(k_fraction · n) instead (paper: 0.25).
     share_kv: one projection E for keys and values (LRA); ``False`` learns a separate F for values.
+    per_head: one projection per head, E [H, n, k] (Xiong et al.'s ``attention_linformer.py``); False: one
+      [n, k] shared by the heads (LRA, fairseq).
+    init_std: E (and F) drawn N(0, init_std²) (Xiong et al.: 0.02); None: Xavier-uniform (LRA).
   """
 
   family = "low-rank"
@@ -63,6 +69,8 @@ class LinformerConfig(AttentionConfig):
   k: int = 16
   k_fraction: float | None = None
   share_kv: bool = True
+  per_head: bool = False
+  init_std: float | None = None
   nonnegative = False
   rows_sum_to_one = False
   paper_name = "Linformer"
@@ -72,6 +80,8 @@ class LinformerConfig(AttentionConfig):
       raise ValueError("linformer k must be >= 1")
     if self.k_fraction is not None and not 0 < self.k_fraction <= 1:
       raise ValueError("linformer k_fraction must be in (0, 1]")
+    if self.init_std is not None and not self.init_std > 0:
+      raise ValueError(f"linformer init_std must be > 0 (or None for Xavier), got {self.init_std!r}")
 
   def rank(self, n: int) -> int:
     """The projected length k used for init length n."""
@@ -106,11 +116,13 @@ class LinformerAttention(nn.Module):
                                 "positions into every projected key and value")
     batch, length = query.shape[:2]
     mask = _common.default_mask(mask, batch, length)[:, :, None, None]
-    key_proj = self._projection("E", length)
-    value_proj = key_proj if cfg.share_kv else self._projection("F", length)
+    heads = query.shape[2]
+    key_proj = self._projection("E", length, heads)
+    value_proj = key_proj if cfg.share_kv else self._projection("F", length, heads)
     # Heads first (see the module docstring: layout).
-    key = jnp.einsum("blhd,lm->bhmd", jnp.where(mask, key, 0), key_proj.astype(key.dtype))
-    value = jnp.einsum("blhv,lm->bhmv", jnp.where(mask, value, 0), value_proj.astype(value.dtype))
+    project = "blhd,hlm->bhmd" if cfg.per_head else "blhd,lm->bhmd"
+    key = jnp.einsum(project, jnp.where(mask, key, 0), key_proj.astype(key.dtype))
+    value = jnp.einsum(project, jnp.where(mask, value, 0), value_proj.astype(value.dtype))
     logits = _common.dot_logits(jnp.swapaxes(query, 1, 2), key, "bhld,bhmd->bhlm")   # [B, H, L, M]
     drop = _common.dropout_callback(cfg.dropout_rate, deterministic)
     if drop is not None:  # the mask drawn in the [B, L, H, M] layout (module docstring): same bits per weight
@@ -118,8 +130,12 @@ class LinformerAttention(nn.Module):
     out = _common.masked_attention(logits, jnp.ones((), bool), value, "bhlm,bhmv->bhlv", drop)
     return jnp.swapaxes(out, 1, 2)                                           # [B, L, H, V]
 
-  def _projection(self, name: str, length: int) -> jax.Array:
-    """The first L rows of the [n, k] length projection ``name``."""
-    n = init_length(self, name, length)
-    kernel = self.param(name, nn.initializers.xavier_uniform(), (n, self.config.rank(n)))
-    return kernel[:length]
+  def _projection(self, name: str, length: int, heads: int) -> jax.Array:
+    """The first L rows of the length projection ``name``: [n, k], or [H, n, k] with ``per_head``."""
+    cfg = self.config
+    n = init_length(self, name, length, axis=1 if cfg.per_head else 0)
+    shape = (heads, n, cfg.rank(n)) if cfg.per_head else (n, cfg.rank(n))
+    init = (nn.initializers.normal(cfg.init_std) if cfg.init_std is not None
+            else nn.initializers.xavier_uniform(batch_axis=(0,) if cfg.per_head else ()))
+    kernel = self.param(name, init, shape)
+    return kernel[:, :length] if cfg.per_head else kernel[:length]

@@ -42,7 +42,9 @@ NYSTROM = {"conv_kernel": 35,          # conv_kernel_size 35 for every nystrom-<
            # its reachable pinv initialisation is "original": one max over batch and heads.
            "pinv_init": "batch"}
 ATTENTION_KWARGS = {
-    "linformer": {"k": 256},                                       # linformer-256: linformer_k 256
+    # linformer-256: linformer_k 256; attention_linformer.py: E [heads, k, n] N(0, 0.02), one for keys
+    # and values, a class attribute shared by every layer (model.share_attention_core below)
+    "linformer": {"k": 256, "per_head": True, "init_std": 0.02},
     # reformer-2: num_hash 2; transformers' LSHSelfAttention, whose other defaults are this core's
     # (chunks of 64 looking one chunk back, shared QK with length-normalised keys and logits / sqrt(D),
     # self-attention only as a last resort at -1e5, rotations redrawn every call, rounds combined by
@@ -65,8 +67,7 @@ ATTENTION_KWARGS = {
 PUBLISHED_DIFFERENCES = {
     "vanilla": "",
     "nystromformer": "",
-    "linformer": ("attention_linformer.py keeps one projection per head shared by all layers, N(0, 0.02) "
-                  "init; this core: one per layer shared by the heads, Xavier init"),
+    "linformer": "",
     "reformer": "",
     "performer": "",
 }
@@ -100,6 +101,8 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
   settings = {f"model.attention_kwargs.{name}": value for name, value in kwargs.items()}
   if config.model.attention in NO_ATTENTION_DROPOUT:
     settings["model.attention_dropout_rate"] = 0.0
+  if config.model.attention == "linformer":
+    settings["model.share_attention_core"] = True
   return settings
 
 

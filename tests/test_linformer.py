@@ -45,6 +45,31 @@ def test_matches_float64_formula_with_padding(x64, overrides):
                              rtol=1e-10, atol=1e-12)
 
 
+def per_head_reference(q, k, v, mask, e):
+  """float64 Linformer with one projection per head, E [H, L, k] (Xiong et al.'s form), K and V masked."""
+  return np.concatenate([reference(q[:, :, h:h + 1], k[:, :, h:h + 1], v[:, :, h:h + 1], mask, e[h], e[h])
+                         for h in range(e.shape[0])], axis=2)
+
+
+def test_per_head_projection_matches_float64_formula(x64):
+  """``per_head=True, init_std=0.02`` (the xiong preset): E [H, L, k] drawn N(0, 0.02²), each head
+  projected by its own E (the same for its keys and values)."""
+  length = 37
+  q, k, v = random_qkv(3, 2, length, 2, 4, 3, dtype=jnp.float64)
+  mask = end_and_middle_mask(2, length)
+  out, variables = init_and_apply(create("linformer", k=9, per_head=True, init_std=0.02), q, k, v, mask)
+  e = np.asarray(variables["params"]["E"])
+  assert e.shape == (2, length, 9) and abs(e.std() - 0.02) < 0.004
+  assert np.abs(e[0] - e[1]).max() > 0                    # the heads differ
+  np.testing.assert_allclose(np.asarray(out)[mask], per_head_reference(q, k, v, mask, e)[mask],
+                             rtol=1e-10, atol=1e-12)
+  short = [x[:, :30] for x in (q, k, v)]                  # shorter inputs use the first rows of each head
+  out, _ = init_and_apply(create("linformer", k=9, per_head=True, init_std=0.02), *short, mask[:, :30],
+                          variables=variables)
+  np.testing.assert_allclose(np.asarray(out)[mask[:, :30]],
+                             per_head_reference(*short, mask[:, :30], e[:, :30])[mask[:, :30]], rtol=1e-10, atol=1e-12)
+
+
 def test_shorter_input_uses_first_rows_and_longer_input_fails(x64):
   core = create("linformer", k_fraction=0.25)
   q, k, v = random_qkv(1, 1, 40, 1, 4, 3, dtype=jnp.float64)

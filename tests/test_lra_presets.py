@@ -92,7 +92,7 @@ NO_ATTENTION_DROPOUT = {"performer", "reformer", "linear_transformer", "bigbird"
 
 # mlpen/Nystromformer LRA/code/lra_config.py extra_attn_config (every task alike).
 XIONG_KWARGS = {
-    "linformer": {"k": 256},
+    "linformer": {"k": 256, "per_head": True, "init_std": 0.02},      # + model.share_attention_core
     # transformers' LSHSelfAttention picked the buckets from the length (a power of 2 <= 2 * 2048 // 64)
     "reformer": {"n_hashes": 2, "n_buckets": 64},
     # attention_performer.py: FastAttention(nb_features=rp_dim) without generalized_attention (FAVOR+),

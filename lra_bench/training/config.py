@@ -177,11 +177,12 @@ def protocol_settings(protocol: str, config: ml_collections.ConfigDict) -> dict[
 
 
 def apply_settings(config: ml_collections.ConfigDict, settings: dict[str, Any]) -> None:
-  """Sets dotted ``key: value`` pairs on an unlocked config (new keys only below ``OPEN_SECTIONS``)."""
+  """Sets dotted ``key: value`` pairs on an unlocked config (new keys only below ``OPEN_SECTIONS`` and
+  the ``OPTIONAL_KEYS``, so a preset that needs one leaves the other cells' configs unchanged)."""
   for key, value in settings.items():
     parent, _, leaf = key.rpartition(".")
     section = config_path.get_value(parent, config) if parent else config
-    if leaf not in section and parent not in OPEN_SECTIONS:
+    if leaf not in section and parent not in OPEN_SECTIONS and key not in OPTIONAL_KEYS:
       raise ConfigError(f"protocol setting {key!r} is not a config key")
     section[leaf] = value
 
@@ -225,7 +226,7 @@ _OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "model.embed
               "optimizer.b2"}
 # Optional switches of the model (next-token models, the sequence-mixer recipes; absent from the LRA
 # protocols' configs).
-BOOL_KEYS = ("model.mlp", "model.tie_embeddings", "model.dropout_broadcast_time")
+BOOL_KEYS = ("model.mlp", "model.tie_embeddings", "model.dropout_broadcast_time", "model.share_attention_core")
 # Keys a protocol's config may leave out (the model and optimizer then behave as without them, so the
 # configs and hashes of the protocols that do not use them are unchanged); ``--set`` adds them. Their
 # values are checked by ``validate`` like every other key.
@@ -233,6 +234,7 @@ OPTIONAL_KEYS: dict[str, type] = {
     "model.mlp": bool, "model.tie_embeddings": bool, "model.embed_init_std": float,
     "model.embed_dropout_rate": float, "model.norm": str, "model.norm_position": str,
     "model.mlp_activation": str, "model.head": str, "model.dropout_broadcast_time": bool,
+    "model.share_attention_core": bool,
     "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float,
 }
 # Sections a protocol's config leaves out, with the type of each key: a ``--set`` of one of their keys

@@ -67,6 +67,7 @@ class MultiHeadAttention(nn.Module):
   attention_kwargs: Mapping[str, Any]
   dropout_rate: float
   dtype: Any = jnp.float32
+  shared_core: nn.Module | None = None  # a core owned by the encoder, the same in every layer
 
   @nn.compact
   def __call__(self, x, mask, deterministic: bool):
@@ -77,9 +78,11 @@ class MultiHeadAttention(nn.Module):
     dense = lambda name: nn.DenseGeneral((self.num_heads, head_dim), use_bias=False, name=name,
                                          kernel_init=nn.initializers.xavier_uniform(), dtype=self.dtype)
     q, k, v = dense("query")(x), dense("key")(x), dense("value")(x)        # [B, T, H, D]
-    core = attention_zoo.create_attention(self.attention, dropout_rate=self.dropout_rate,
-                                          **dict(self.attention_kwargs))
-    out = core.clone(parent=self, name="core")(q, k, v, mask=mask, deterministic=deterministic)
+    core = self.shared_core
+    if core is None:
+      core = attention_zoo.create_attention(self.attention, dropout_rate=self.dropout_rate,
+                                            **dict(self.attention_kwargs)).clone(parent=self, name="core")
+    out = core(q, k, v, mask=mask, deterministic=deterministic)
     check_core_output(self.attention, out, v)
     return nn.DenseGeneral(x.shape[-1], axis=(-2, -1), use_bias=False, name="out",
                            kernel_init=nn.initializers.xavier_uniform(), dtype=self.dtype)(out)
@@ -143,6 +146,7 @@ class EncoderBlock(nn.Module):
 
   config: Any  # the ``model`` ConfigDict
   dtype: Any = jnp.float32
+  shared_core: nn.Module | None = None  # ``model.share_attention_core``: the encoder's one core
 
   def _sublayer(self, x, mask, deterministic, fn, gated=False):
     c = self.config
@@ -173,7 +177,7 @@ class EncoderBlock(nn.Module):
       x = self._sublayer(x, mask, deterministic, mix, gated)
     else:
       attention = MultiHeadAttention(c.num_heads, c.qkv_dim, c.attention, c.attention_kwargs,
-                                     c.attention_dropout_rate, self.dtype)
+                                     c.attention_dropout_rate, self.dtype, shared_core=self.shared_core)
       x = self._sublayer(x, mask, deterministic, lambda y, _: attention(y, mask, deterministic))
     if not c.get("mlp", True):  # sequence-layer-only blocks (Zoology's recall models, the SSM recipes)
       return x
@@ -239,8 +243,15 @@ class Encoder(nn.Module):
     elif c.positions != "none":
       raise ValueError(f"unknown positions {c.positions!r}; expected one of {POSITIONS}")
     x = nn.Dropout(c.get("embed_dropout_rate", c.dropout_rate))(x, deterministic=deterministic)
+    shared = None
+    if c.get("share_attention_core", False):  # one core (its parameters, e.g. Linformer's E) for all layers
+      if attention_zoo.is_mixer(c.attention):
+        raise ValueError(f"model.share_attention_core applies to attention cores; {c.attention!r} is a "
+                         "sequence mixer")
+      shared = attention_zoo.create_attention(c.attention, dropout_rate=c.attention_dropout_rate,
+                                              **dict(c.attention_kwargs)).clone(parent=self, name="shared_core")
     for i in range(c.num_layers):
-      x = EncoderBlock(c, self.dtype, name=f"block_{i}")(x, mask, deterministic)
+      x = EncoderBlock(c, self.dtype, name=f"block_{i}", shared_core=shared)(x, mask, deterministic)
     if c.get("norm_position", "pre") == "post":  # every block ended in a norm (S4's encoder has no final one)
       return x, mask
     return make_norm(c.get("norm", "layer"), self.dtype, name="encoder_norm")(x, mask, deterministic), mask
