@@ -10,6 +10,8 @@ data keep the task lengths (the original padded max_seq_len up to a power of 2: 
 different on purpose: MEAN pooling averages the real tokens (the original's ``inp.mean(dim=1)`` divided
 the sum over real tokens by the padded length), and the Q/K/V/output projections have no bias (the
 original's ``nn.Linear`` layers had one) and this encoder's initialisers (PyTorch's defaults there).
+The original trained in mixed precision (``run_tasks.py``: float16 autocast with a gradient scaler, the
+attention cores themselves in float32); these runs are float32 throughout.
 
   lra-bench train --task text --attention vanilla --protocol xiong --workdir runs/text_xiong
 """
