@@ -98,8 +98,8 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
   """Config key -> value Xiong et al. ran for ``config.model.attention`` (every task alike, but the
   reformer's bucket count, which follows the task's length)."""
   kwargs = dict(ATTENTION_KWARGS.get(config.model.attention, {}))
-  if config.model.attention == "reformer" and lsh_buckets(config.data.max_length) is not None:
-    kwargs["n_buckets"] = lsh_buckets(config.data.max_length)
+  if config.model.attention == "reformer" and (buckets := lsh_buckets(config.data.max_length)) is not None:
+    kwargs["n_buckets"] = buckets
   settings = {f"model.attention_kwargs.{name}": value for name, value in kwargs.items()}
   if config.model.attention in NO_ATTENTION_DROPOUT:
     settings["model.attention_dropout_rate"] = 0.0
