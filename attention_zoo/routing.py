@@ -35,7 +35,9 @@ paper's code is not public in JAX):
   EMA step renormalises to unit length (lucidrains: EMA of the per-batch normalised means, not
   renormalised). No commitment loss (the core returns only its output).
 - Tokens chosen by no window attend to themselves (lucidrains: zero output); tokens chosen several
-  times get the mean of their outputs (as lucidrains' ``scatter_mean``).
+  times get the mean of their outputs (as lucidrains' ``scatter_mean``). On a GPU that mean's
+  scatter-add of overlapping windows uses atomic additions, so two runs can differ in the last float32
+  bits (6e-8 on an H200); ``XLA_FLAGS=--xla_gpu_deterministic_ops=true`` makes them bit-for-bit equal.
 - Padding: padded tokens are never preferred to real ones by a centroid and are masked as keys
   (lucidrains masked them as keys but let them compete for window places).
 - Causal is not supported (``NotImplementedError``): with balanced top-W windows, whether a past token

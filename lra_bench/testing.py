@@ -40,7 +40,10 @@ declare). The checks (``CHECKS``):
 - ``causal``: with ``causal=True`` no weight lies above the diagonal, the declared row properties
   hold, and changing the second half of a long sequence leaves the outputs of the first half alone;
 - ``determinism``: another dropout key gives another output (the mask comes from the ``"dropout"``
-  stream), and with ``deterministic=True`` the dropout key changes nothing;
+  stream), and with ``deterministic=True`` the dropout key changes nothing beyond round-off (at most
+  ``DETERMINISTIC_RTOL`` of the output's largest magnitude: on a GPU, scatter-adds with repeated indices
+  use atomic additions whose order, and so whose float32 rounding, varies from run to run; a dropout
+  key that leaks into deterministic outputs moves them at dropout's scale, about 1e-1);
 - ``dropout_unbiased``: averaged over many dropout keys the output is the deterministic one (inverted
   dropout), and one sample is not (dropout does something).
 
@@ -571,6 +574,12 @@ def _check_causal(name: str, o: Options):
   return not problems, f"max P above diagonal {_fmt(ahead)}, max |Δ past| {_fmt(delta)}", "; ".join(problems)
 
 
+# Round-off allowed between two deterministic runs that differ only in the dropout key, relative to the
+# output's largest magnitude: float32 sums reordered by a GPU's atomic scatter-adds differ by ~1e-7
+# (routing's scatter-mean of overlapping windows on an H200: 6e-8 on outputs up to 3.3).
+DETERMINISTIC_RTOL = 1e-5
+
+
 def _check_determinism(name: str, o: Options):
   """Dropout masks come from the "dropout" stream: another key gives another output, while
   ``deterministic=True`` ignores the key. (Same keys, two traces: the ``jit`` check.)"""
@@ -583,8 +592,10 @@ def _check_determinism(name: str, o: Options):
     problems.append("non-finite outputs under dropout")
   if other < 1e-3:
     problems.append("another dropout key gives the same output (a fixed key instead of the 'dropout' stream?)")
-  if same_det != 0:
-    problems.append(f"deterministic=True output depends on the dropout key (max |Δ| {_fmt(same_det)})")
+  allowed = DETERMINISTIC_RTOL * _max_abs(runs["det_A"])
+  if not same_det <= allowed:
+    problems.append(f"deterministic=True output depends on the dropout key (max |Δ| {_fmt(same_det)}, "
+                    f"round-off allowed {_fmt(allowed)})")
   measured = f"other dropout key rel. Δ {other:.2f}; deterministic max |Δ| {_fmt(same_det)}"
   return not problems, measured, "; ".join(problems)
 

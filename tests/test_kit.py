@@ -28,7 +28,9 @@ class FakeConfig(AttentionConfig):
   "no_causal" (raises NotImplementedError under causal, as a core without a causal form), "uniform"
   (equal weights on the allowed keys: masking, causal and dropout right, q and k never read),
   "numpy_dropout" (the dropout mask drawn by numpy when the core runs, i.e. once per trace under jit),
-  "frozen_value" (stop_gradient on the values), "upcast" (float32 output whatever the input dtype)."""
+  "frozen_value" (stop_gradient on the values), "upcast" (float32 output whatever the input dtype),
+  "always_dropout" (drops weights under ``deterministic=True`` too), "round_off" (the output moves by
+  ~1e-7 of its size with the dropout key: the run-to-run rounding of a GPU's atomic scatter-adds)."""
 
   bug: str = ""
 
@@ -57,7 +59,7 @@ class FakeCore(nn.Module):
       p = 2.0 * p
     if bug == "negative":
       p = 2.0 * p - allowed / jnp.sum(allowed, axis=-1, keepdims=True)
-    if not deterministic and c.dropout_rate > 0:
+    if (not deterministic or bug == "always_dropout") and c.dropout_rate > 0:
       rng = jax.random.key(0) if bug == "fixed_key" else self.make_rng("dropout")
       keep = jax.random.bernoulli(rng, 1.0 - c.dropout_rate, p.shape)
       if bug == "numpy_dropout":
@@ -66,6 +68,8 @@ class FakeCore(nn.Module):
     if bug == "frozen_value":
       value = jax.lax.stop_gradient(value)
     out = jnp.einsum("bhqk,bkhv->bqhv", p.astype(value.dtype), value)
+    if bug == "round_off" and self.has_rng("dropout"):
+      out = out * (1.0 + 1e-7 * jax.random.uniform(self.make_rng("dropout"), out.shape, out.dtype, -1.0, 1.0))
     return out.astype(jnp.float32) if bug == "upcast" else out
 
 
@@ -100,6 +104,8 @@ CORES = {
     "fake_numpy_dropout": (FakeCore, _config("numpy_dropout")),
     "fake_frozen_value": (FakeCore, _config("frozen_value")),
     "fake_upcast": (FakeCore, _config("upcast")),
+    "fake_always_dropout": (FakeCore, _config("always_dropout")),
+    "fake_round_off": (FakeCore, _config("round_off")),
     # config declarations of the wrong type: a float support mask; an input name that does not exist
     "fake_float_support": (FakeCore, _config("", support=lambda self, length: np.ones((length, length)))),
     "fake_bad_ignores": (FakeCore, _config("", ignores=("keys",))),
@@ -117,6 +123,7 @@ REJECTS = [
     ("fake_support", "support", "outside the declared support"),
     ("fake_biased_dropout", "dropout_unbiased", "away from the deterministic output"),
     ("fake_fixed_key", "determinism", "another dropout key gives the same output"),
+    ("fake_always_dropout", "determinism", "deterministic=True output depends on the dropout key"),
     ("fake_crash", "float32", "TypeError: boom"),
     ("fake_uniform", "depends_on_qk", "does not depend on the query"),
     ("fake_uniform", "depends_on_qk", "does not depend on the key"),
@@ -173,7 +180,9 @@ def test_declared_content_independence_is_reported_not_passed(fakes):
 
 @pytest.mark.parametrize("name, check", [("fake_peek", "padding_zero_weight"), ("fake_leak", "causal"),
                                          ("fake_negative", "rows_sum_to_one"),
-                                         ("fake_biased_dropout", "determinism")])
+                                         ("fake_biased_dropout", "determinism"),
+                                         # run-to-run rounding is not a dropout key in deterministic outputs
+                                         ("fake_round_off", "determinism")])
 def test_a_bug_does_not_fail_unrelated_checks(fakes, name, check):
   assert testing.check_one(name, check, quick=True).passed is True
 
