@@ -202,3 +202,27 @@ def test_a_corrupt_checkpoint_ends_with_its_one_line_message(listops_dir, tmp_pa
   assert lines[-1].endswith(f"Rerun with --force to train this run from scratch, or delete {workdir}/checkpoints")
   assert "Event loop is closed" not in proc.stderr and "Traceback" not in proc.stderr
   assert len(lines) <= 6, proc.stderr[-3000:]  # the INFO lines of a run and the message
+
+
+def test_ctrl_c_while_the_run_sets_up_is_kept_even_if_a_library_swallows_it(listops_dir, tmp_path, monkeypatch):
+  """A SIGINT during set-up (here: while the train step compiles) that a library would swallow (the
+  patched compile catches KeyboardInterrupt, as some did) still stops the run before its first step."""
+  from lra_bench.training import loop
+
+  real_compile = loop.compile_train_step
+
+  def compile_then_sigint(*args, **kwargs):
+    out = real_compile(*args, **kwargs)
+    try:
+      os.kill(os.getpid(), signal.SIGINT)
+      for _ in range(100):  # the handler runs between bytecodes; give it some
+        sum(range(1000))
+    except KeyboardInterrupt:
+      pass  # swallowed, as by a library
+    return out
+
+  monkeypatch.setattr(loop, "compile_train_step", compile_then_sigint)
+  config = config_lib.load_config("smoke", "listops", tiny_overrides(num_train_steps=50))
+  with pytest.raises(loop.Interrupted, match=r"interrupted at step 0; rerun the same command"):
+    loop.train_and_evaluate(config, str(tmp_path / "run"), listops_dir)
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back

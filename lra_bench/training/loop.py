@@ -258,15 +258,49 @@ class Data:
                     "source": ex.source} for split, ex in self.examples.items()}
 
 
+class StopFlag:
+  """Ctrl-C as a request: a first SIGINT sets ``requested`` (the loop stops at the next step boundary),
+  a second raises KeyboardInterrupt at once.
+
+  Python raises KeyboardInterrupt wherever the main thread happens to be; inside a library (tf.data,
+  orbax, logging, XLA's compiler) that can be swallowed or leave threads waiting, and the run then trains
+  on (seen: a SIGINT during a resumed run's compilation was lost). ``train_and_evaluate`` installs the
+  flag before the run is set up, so a request made while the data load, the checkpoint restores or the
+  step compiles is kept, and the loop honours it before its first step."""
+
+  def __init__(self):
+    self.requested = False
+
+  @contextlib.contextmanager
+  def installed(self):
+    """The flag as SIGINT's handler while the block runs (only in the main thread: signal handlers can
+    be set nowhere else); nested installs keep the outer one's request."""
+    if threading.current_thread() is not threading.main_thread():
+      yield self
+      return
+    def request_stop(signum, frame):
+      if self.requested:
+        raise KeyboardInterrupt
+      self.requested = True
+      os.write(2, b"Ctrl-C: the run stops before its next step; Ctrl-C again stops it at once\n")
+    previous = signal.signal(signal.SIGINT, request_stop)
+    try:
+      yield self
+    finally:
+      signal.signal(signal.SIGINT, previous)
+
+
 class Run:
   """The state of one training run between its steps (see the module docstring)."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, data_dir: str, devices=None, *,
-               stage: str = "train", init_from=None):
+               stage: str = "train", init_from=None, stop: StopFlag | None = None):
     """``stage``: ``train`` (the task's model) or ``pretrain`` (the self-pretraining model and batches,
     ``pretrain``); ``init_from()``: the pretrained ``{params, model_state}`` a fresh ``train`` run starts
     its encoder from (``init_from(run)``: called with this run once its data are loaded; not called when
-    the run resumes its own checkpoint)."""
+    the run resumes its own checkpoint). ``stop``: the Ctrl-C flag, when the caller installed one before
+    creating the run (``train_and_evaluate``); ``train`` installs it (or a fresh one) while it steps."""
+    self.stop = stop if stop is not None else StopFlag()
     self.config, self.wall_start, self.stage = config, time.perf_counter(), stage
     workdir, data_dir = files.absolute(workdir), files.absolute(data_dir)
     self.mesh = parallel.make_mesh(devices)
@@ -367,33 +401,16 @@ class Run:
     metrics: list[dict] = []
     self.step = step  # the last step done (Ctrl-C names it)
     try:
-      with self._ctrl_c_between_steps():
+      with self.stop.installed():
         self._steps(step, metrics, log, evaluate_now, checkpoint_now)
     except KeyboardInterrupt:
       resume = (f"from the last checkpoint, step {self.saved_step} or later" if self.saved_step
                 else "no checkpoint was saved yet, so it starts again")
       raise Interrupted(f"interrupted at step {self.step}; rerun the same command to resume ({resume})") from None
 
-  @contextlib.contextmanager
-  def _ctrl_c_between_steps(self):
-    """A first Ctrl-C (SIGINT) stops the loop at the next step boundary, a second one at once.
-
-    Python raises KeyboardInterrupt wherever the main thread happens to be; inside a library (tf.data,
-    orbax, logging) that can be swallowed or leave threads waiting, and the run then trains on. The flag
-    moves the exception to the loop. Only in the main thread (signal handlers can be set nowhere else)."""
-    self.stop_requested = False
-    if threading.current_thread() is not threading.main_thread():
-      yield
-      return
-    def request_stop(signum, frame):
-      if self.stop_requested:
-        raise KeyboardInterrupt
-      self.stop_requested = True
-    previous = signal.signal(signal.SIGINT, request_stop)
-    try:
-      yield
-    finally:
-      signal.signal(signal.SIGINT, previous)
+  @property
+  def stop_requested(self) -> bool:
+    return self.stop.requested
 
   # How much work the loop may queue ahead of the device, in seconds of measured steps. JAX dispatches
   # asynchronously; unbounded, the loop queued every step up to the next log boundary and waited there,
@@ -413,6 +430,8 @@ class Run:
   def _steps(self, step: int, metrics: list, log: Every, evaluate_now: Every, checkpoint_now: Every) -> None:
     c = self.config
     limit = self._max_in_flight()
+    if self.stop_requested:  # asked for during the set-up (or with every step already done)
+      raise KeyboardInterrupt
     while step < c.num_train_steps:
       if self.stop_requested:
         raise KeyboardInterrupt
@@ -567,6 +586,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir
   comes from ``config.load_config``, which validated it. ``stage`` / ``init_from``: ``Run``'s (the
   self-pretraining stages, ``lra_bench.experiments.cell``).
   """
-  run = Run(config, workdir, data_dir, devices, stage=stage, init_from=init_from)
-  run.train()
+  stop = StopFlag()
+  with stop.installed():  # from the start: a Ctrl-C while the run sets up is kept (StopFlag)
+    run = Run(config, workdir, data_dir, devices, stage=stage, init_from=init_from, stop=stop)
+    run.train()
   return run.test()
