@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tasks
+from lra_bench.errors import ConfigError
 from lra_bench.training import config as config_lib
 from lra_bench.training import steps
 
@@ -55,7 +56,14 @@ def test_one_core_serves_every_layer_and_equals_two_copies_of_it(x64):
 
 
 def test_a_mixer_cannot_share_an_attention_core():
-  config = config_lib.load_config("smoke", "listops", ["model.share_attention_core=True"], attention="s4d")
+  """Refused when the config is loaded (one line naming the key), and by the model itself for a config
+  built without validation."""
+  with pytest.raises(ConfigError, match=r"model.share_attention_core=True is not allowed; expected False "
+                                        r"with the sequence mixer 's4d'"):
+    config_lib.load_config("smoke", "listops", ["model.share_attention_core=True"], attention="s4d")
+  config = config_lib.load_config("smoke", "listops", attention="s4d")
+  with config.unlocked():
+    config.model.share_attention_core = True
   model = steps.create_model(config, tasks.get_task("listops"), 20)
   with pytest.raises(ValueError, match="share_attention_core applies to attention cores"):
     model.init(jax.random.key(0), {"inputs": np.ones((1, 16), np.int32)})

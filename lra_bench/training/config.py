@@ -388,6 +388,9 @@ def _validate_attention(config: ml_collections.ConfigDict) -> None:
     layer = attention_zoo.layer_config(config.model.attention, **kwargs)
   except (ValueError, TypeError) as err:
     raise ConfigError(f"model.attention_kwargs: {err}") from None
+  if attention_zoo.is_mixer(config.model.attention) and config.model.get("share_attention_core", False):
+    fail("model.share_attention_core", True, f"False with the sequence mixer {config.model.attention!r}: "
+         "one core shared by every layer applies to attention cores (Xiong et al.'s Linformer projection)")
   one_way = getattr(layer, "causal", False) or getattr(layer, "bidirectional", True) is False
   if attention_zoo.is_mixer(config.model.attention) and one_way and config.model.pooling == "CLS":
     fail("model.pooling", "CLS", f"MEAN, SUM or MAX with the one-directional mixer {config.model.attention!r}: "
