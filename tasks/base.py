@@ -57,6 +57,8 @@ class Examples:
     source: the file or folder they came from (for logs and result records).
     vocab_size: the token vocabulary of this data, padding id 0 included, where the data decides it
       (the recall tasks' generators take it as an option); None: the task's ``vocab_size``.
+    arrays: the same examples as int32 numpy arrays (first axis: the example), with ``dataset`` None:
+      what ``Task.array_examples`` returns for the numpy input pipeline (``data.pipeline = "numpy"``).
   """
 
   dataset: Any
@@ -64,6 +66,7 @@ class Examples:
   num_truncated: int
   source: str
   vocab_size: int | None = None
+  arrays: dict[str, np.ndarray] | None = None
 
 
 DATA_EXTRA_HINT = "install it with: pip install 'lra-bench[data]' (tensorflow-cpu, tensorflow-datasets)"
@@ -205,6 +208,12 @@ class Task:
   def examples(self, data_dir: str, split: str, *, max_length: int, **options) -> Examples:
     raise NotImplementedError
 
+  def array_examples(self, data_dir: str, split: str, *, max_length: int, **options) -> Examples:
+    """The split as numpy arrays (``Examples.arrays``), for the input pipeline that needs no TensorFlow
+    (``data.pipeline = "numpy"``); the tasks whose data are generated locally implement it."""
+    raise DataError(f"the {self.name} task reads its data through tf.data only; data.pipeline=numpy is "
+                    f"available for {', '.join(array_tasks()) or 'no task'}")
+
   def prepare_options(self) -> list[str]:
     """The options ``prepare`` takes by name (``data prepare`` refuses a flag outside them)."""
     parameters = inspect.signature(self.prepare).parameters.values()
@@ -220,11 +229,15 @@ class Task:
 def batched(examples: Examples, batch_size: int, *, seed: int = 0, repeat: bool = False,
             shuffle_buffer: int = 1024, num_shards: int = 1, shard_index: int = 0):
   """Training (``repeat=True``) shuffles with a seeded buffer, repeats forever and drops the remainder;
-  evaluation keeps every example (the last batch may be smaller).
+  evaluation keeps every example (the last batch may be smaller). Examples given as arrays are batched
+  by ``ArrayBatches`` (a full permutation per epoch instead of tf.data's shuffle buffer).
 
   Multi-host: with ``num_shards > 1`` this process reads only examples ``shard_index``,
   ``shard_index + num_shards``, ... (deterministic; ``batch_size`` is then the per-process batch).
   """
+  if examples.arrays is not None:
+    return ArrayBatches(examples.arrays, batch_size, seed=seed, repeat=repeat, num_shards=num_shards,
+                        shard_index=shard_index)
   tf = import_tf()
   ds = examples.dataset
   if num_shards > 1:
@@ -267,3 +280,110 @@ def fit_length_fn(max_length: int):
     return ids
 
   return fit
+
+
+def array_tasks() -> list[str]:
+  """The registered tasks that implement ``array_examples`` (the numpy input pipeline)."""
+  from tasks import _TASKS as TASKS  # the registry imports this module
+
+  return sorted(name for name, task in TASKS.items() if type(task).array_examples is not Task.array_examples)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySpec:
+  """Shape (None: the batch axis) and numpy dtype of one batch entry, as a tf.TensorSpec offers them."""
+
+  shape: tuple
+  dtype: np.dtype
+
+
+class ArrayBatches:
+  """Batches of in-memory arrays without TensorFlow: the numpy input pipeline (``data.pipeline``).
+
+  Training (``repeat=True``): epoch ``e`` visits this process's examples in the order of a permutation
+  drawn from ``numpy.random.default_rng([seed, e])`` and drops its last partial batch; epochs follow
+  forever. The iterator's state is two integers (epoch, batch), saved beside each checkpoint
+  (``ArrayIteratorCheckpoint``), so a resumed run continues with exactly the batches it would have seen.
+  Evaluation: every example once in file order, the last batch possibly smaller. Multi-host: this
+  process takes examples ``shard_index``, ``shard_index + num_shards``, ... (as ``tf.data``'s ``shard``).
+  The batches differ from the tf.data pipeline's (another shuffle), not their distribution.
+  """
+
+  def __init__(self, arrays: dict[str, np.ndarray], batch_size: int, *, seed: int = 0, repeat: bool = False,
+               num_shards: int = 1, shard_index: int = 0):
+    self.arrays = {key: value[shard_index::num_shards] for key, value in arrays.items()}
+    self.batch_size, self.seed, self.repeat = batch_size, seed, repeat
+    self.num_examples = len(next(iter(self.arrays.values()))) if self.arrays else 0
+    if repeat and self.num_examples < batch_size:
+      raise DataError(f"{self.num_examples} training examples in this process, fewer than one batch of "
+                      f"{batch_size}: lower batch_size or prepare more examples")
+    self.element_spec = {key: ArraySpec((None, *value.shape[1:]), value.dtype) for key, value in self.arrays.items()}
+
+  def __iter__(self) -> "ArrayIterator":
+    return ArrayIterator(self)
+
+
+class ArrayIterator:
+  """One pass (evaluation) or the endless stream (training) of an ``ArrayBatches``; its position is
+  ``state()`` and ``restore(state)``."""
+
+  def __init__(self, batches: ArrayBatches):
+    self.batches, self.epoch, self.batch = batches, 0, 0
+    self._order = self._epoch_order(0)
+
+  def _epoch_order(self, epoch: int) -> np.ndarray:
+    b = self.batches
+    if not b.repeat:
+      return np.arange(b.num_examples)
+    return np.random.default_rng([b.seed, epoch]).permutation(b.num_examples)
+
+  def __iter__(self) -> "ArrayIterator":
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    b = self.batches
+    per_epoch = b.num_examples // b.batch_size if b.repeat else -(-b.num_examples // b.batch_size)
+    if self.batch >= per_epoch:
+      if not b.repeat:
+        raise StopIteration
+      self.epoch, self.batch = self.epoch + 1, 0
+      self._order = self._epoch_order(self.epoch)
+    rows = self._order[self.batch * b.batch_size:(self.batch + 1) * b.batch_size]
+    self.batch += 1
+    return {key: value[rows] for key, value in b.arrays.items()}
+
+  def state(self) -> dict[str, int]:
+    return {"epoch": self.epoch, "batch": self.batch}
+
+  def restore(self, state: dict[str, int]) -> None:
+    self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
+    self._order = self._epoch_order(self.epoch)
+
+
+class ArrayIteratorCheckpoint:
+  """``tf.train.Checkpoint(iterator=...)``'s interface for an ``ArrayIterator``: ``write(prefix)`` saves
+  its state to ``<prefix>.json`` (atomically) and returns the prefix; ``read(prefix)`` restores it."""
+
+  def __init__(self, iterator: ArrayIterator):
+    self.iterator = iterator
+
+  def write(self, prefix: str) -> str:
+    from lra_bench import files
+
+    files.write_atomic(f"{prefix}.json", json.dumps(self.iterator.state()))
+    return prefix
+
+  def read(self, prefix: str) -> "ArrayIteratorCheckpoint":
+    with open(f"{prefix}.json") as f:
+      self.iterator.restore(json.load(f))
+    return self
+
+  def expect_partial(self) -> None:
+    """(tf.train.Checkpoint's status call; nothing to check here.)"""
+
+
+def iterator_checkpoint(iterator):
+  """What saves and restores the training iterator's position beside each checkpoint."""
+  if isinstance(iterator, ArrayIterator):
+    return ArrayIteratorCheckpoint(iterator)
+  return import_tf().train.Checkpoint(iterator=iterator)

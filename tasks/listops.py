@@ -270,15 +270,8 @@ def pretokenized_fn(sources: list[str], max_length: int):
   (tests/test_listops.py).
   """
   tf = import_tf()
-  ids = {word: i for i, word in enumerate(VOCAB, start=1)}
-  ids[CLOSE] = ids.pop("X")  # the tokenizer's "]" -> "X"; a literal "X" is refused by check_tokens
-  lookup = ids.__getitem__
   unique = list(dict.fromkeys(sources))
-  table = np.zeros((len(unique), max_length), np.uint8)  # ids < VOCAB_SIZE = 17
-  for row, source in enumerate(unique):
-    words = source.translate(_DROP_PARENS).split()[:max_length]
-    table[row, :len(words)] = np.fromiter(map(lookup, words), np.uint8, len(words))
-  table = tf.constant(table)
+  table = tf.constant(_token_table(unique, max_length))
   keys = tf.constant(unique) if unique else tf.constant([], tf.string)
   rows = tf.lookup.StaticHashTable(
       tf.lookup.KeyValueTensorInitializer(keys, tf.range(len(unique), dtype=tf.int64)), default_value=-1)
@@ -287,6 +280,27 @@ def pretokenized_fn(sources: list[str], max_length: int):
     return tf.cast(tf.gather(table, rows.lookup(source)), tf.int32)
 
   return tokenized
+
+
+def _token_table(sources: list[str], max_length: int) -> np.ndarray:
+  """uint8 [N, max_length]: each source's token ids (``tokenize_fn``'s, truncated and zero-padded),
+  computed in numpy. The sources passed ``check_tokens``, so every word is in the vocabulary."""
+  ids = {word: i for i, word in enumerate(VOCAB, start=1)}
+  ids[CLOSE] = ids.pop("X")  # the tokenizer's "]" -> "X"; a literal "X" is refused by check_tokens
+  lookup = ids.__getitem__
+  table = np.zeros((len(sources), max_length), np.uint8)  # ids < VOCAB_SIZE = 17
+  for row, source in enumerate(sources):
+    words = source.translate(_DROP_PARENS).split()[:max_length]
+    table[row, :len(words)] = np.fromiter(map(lookup, words), np.uint8, len(words))
+  return table
+
+
+def token_ids(sources: list[str], max_length: int) -> np.ndarray:
+  """int32 [N, max_length]: the token ids of ``sources`` without TensorFlow (the numpy pipeline)."""
+  unique = list(dict.fromkeys(sources))
+  row = {source: i for i, source in enumerate(unique)}
+  table = _token_table(unique, max_length)
+  return table[np.fromiter(map(row.__getitem__, sources), np.int64, len(sources))].astype(np.int32)
 
 
 def tokenize(sources: list[str], max_length: int) -> np.ndarray:
@@ -382,6 +396,21 @@ class ListOps(Task):
                       f"{self.prepare_command(data_dir, **options)}")
 
   def examples(self, data_dir: str, split: str, *, max_length: int, name: str = "basic") -> Examples:
+    path, sources, labels, num_truncated = self._read(data_dir, split, max_length, name)
+    tf = import_tf()
+    tokenized = pretokenized_fn(sources, max_length)
+    ds = tf.data.Dataset.from_tensor_slices((sources, np.asarray(labels, np.int32)))
+    ds = ds.map(lambda s, y: {"inputs": tokenized(s), "targets": y},
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return Examples(ds, len(sources), num_truncated, path)
+
+  def array_examples(self, data_dir: str, split: str, *, max_length: int, name: str = "basic") -> Examples:
+    path, sources, labels, num_truncated = self._read(data_dir, split, max_length, name)
+    arrays = {"inputs": token_ids(sources, max_length), "targets": np.asarray(labels, np.int32)}
+    return Examples(None, len(sources), num_truncated, path, arrays=arrays)
+
+  def _read(self, data_dir: str, split: str, max_length: int, name: str) -> tuple[str, list[str], list[int], int]:
+    """(path, sources, labels, how many are truncated) of one split, checked."""
     path = _split_path(data_dir, split, name)
     if not os.path.exists(path):
       fix = self.prepare_command(data_dir) if name == "basic" else \
@@ -396,9 +425,4 @@ class ListOps(Task):
     if num_truncated:
       logging.warning("%s: %d of %d examples are longer than max_length=%d and are truncated",
                       path, num_truncated, len(sources), max_length)
-    tf = import_tf()
-    tokenized = pretokenized_fn(sources, max_length)
-    ds = tf.data.Dataset.from_tensor_slices((sources, np.asarray(labels, np.int32)))
-    ds = ds.map(lambda s, y: {"inputs": tokenized(s), "targets": y},
-                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return Examples(ds, len(sources), num_truncated, path)
+    return path, sources, labels, num_truncated

@@ -405,6 +405,24 @@ class _RecallTask(Task):
         shutil.rmtree(path, ignore_errors=True)
 
   def examples(self, data_dir: str, split: str, *, max_length: int, name: str = DEFAULT_NAME) -> Examples:
+    arrays, path, vocab_size = self._read(data_dir, split, max_length, name)
+    count, length = arrays["inputs"].shape
+    tf = import_tf()
+    ds = tf.data.Dataset.from_tensor_slices(arrays)
+    if max_length > length:
+      pad = [[0, max_length - length]]
+      ds = ds.map(lambda ex: {"inputs": tf.pad(ex["inputs"], pad), "positions": ex["positions"],
+                              "targets": ex["targets"]}, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return Examples(ds, count, 0, path, vocab_size=vocab_size)
+
+  def array_examples(self, data_dir: str, split: str, *, max_length: int, name: str = DEFAULT_NAME) -> Examples:
+    arrays, path, vocab_size = self._read(data_dir, split, max_length, name)
+    count, length = arrays["inputs"].shape
+    arrays = dict(arrays, inputs=np.pad(arrays["inputs"], [(0, 0), (0, max_length - length)]))
+    return Examples(None, count, 0, path, vocab_size=vocab_size, arrays=arrays)
+
+  def _read(self, data_dir: str, split: str, max_length: int, name: str) -> tuple[dict[str, np.ndarray], str, int]:
+    """(arrays inputs / positions / targets, path, vocabulary size) of one split, checked."""
     check_name(self.name, name, "data.options.name")
     if split not in SPLIT_FILES:
       raise ValueError(f"unknown split {split!r}; expected one of {tuple(SPLIT_FILES)}")
@@ -443,13 +461,7 @@ class _RecallTask(Task):
       raise DataError(f"{self.name}: data.max_length {max_length} is shorter than the generated sequences of "
                       f"{path} ({length} tokens); set data.max_length >= {length} (a recall sequence is never "
                       f"truncated: that would cut its queries)")
-    tf = import_tf()
-    ds = tf.data.Dataset.from_tensor_slices({"inputs": inputs, "positions": positions, "targets": targets})
-    if max_length > length:
-      pad = [[0, max_length - length]]
-      ds = ds.map(lambda ex: {"inputs": tf.pad(ex["inputs"], pad), "positions": ex["positions"],
-                              "targets": ex["targets"]}, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return Examples(ds, count, 0, path, vocab_size=vocab_size)
+    return {"inputs": inputs, "positions": positions, "targets": targets}, path, vocab_size
 
 
 def _load(path: str, fix: str) -> dict[str, np.ndarray]:

@@ -1,9 +1,9 @@
-"""Checkpoints of a run: orbax ``last`` and ``best`` states and the tf.data iterator state beside ``last``.
+"""Checkpoints of a run: orbax ``last`` and ``best`` states and the input iterator's state beside ``last``.
 
 Exact resume: the ``last`` checkpoint holds params, optimizer state, step and the base PRNG key (per-step
-keys are ``fold_in(key, step)``), and the tf.data iterator state (position and shuffle buffer) is saved
-beside it, so a killed run continued with the same command ends with the same numbers as an
-uninterrupted one.
+keys are ``fold_in(key, step)``), and the input iterator's state (tf.data's position and shuffle buffer,
+or the numpy pipeline's epoch and batch, ``tasks.base.iterator_checkpoint``) is saved beside it, so a
+killed run continued with the same command ends with the same numbers as an uninterrupted one.
 
 Consistent under a kill at any instant: the ``last`` save is the commit point. Its progress names the
 best step of the committed state, and ``best`` keeps that step until the next ``last`` commit, plus at
@@ -147,12 +147,12 @@ def quiet_loop_closed_noise() -> None:
 
 
 class Checkpoints:
-  """``<workdir>/checkpoints/{last,best}`` (orbax) + the tf.data iterator state beside ``last``."""
+  """``<workdir>/checkpoints/{last,best}`` (orbax) + the input iterator's state beside ``last``."""
 
   def __init__(self, workdir: str, config: ml_collections.ConfigDict):
     self.root = os.path.join(files.absolute(workdir), "checkpoints")
     self.config = _as_json(config.to_dict())
-    # orbax coordinates the processes of a multi-host run; the tf.data iterator state is per process.
+    # orbax coordinates the processes of a multi-host run; the input iterator's state is per process.
     # ``best`` keeps every step it is given; ``_keep_best`` prunes it (see the module docstring).
     options = lambda keep: ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                                         enable_async_checkpointing=False,

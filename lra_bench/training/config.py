@@ -227,6 +227,9 @@ _OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "model.embed
 # Optional switches of the model (next-token models, the sequence-mixer recipes; absent from the LRA
 # protocols' configs).
 BOOL_KEYS = ("model.mlp", "model.tie_embeddings", "model.dropout_broadcast_time", "model.share_attention_core")
+# The input pipelines (``data.pipeline``, default "tf"): tf.data, or in-memory numpy arrays without
+# TensorFlow (``tasks.base.ArrayBatches``; the tasks whose data are generated locally).
+PIPELINES = ("tf", "numpy")
 # Keys a protocol's config may leave out (the model and optimizer then behave as without them, so the
 # configs and hashes of the protocols that do not use them are unchanged); ``--set`` adds them. Their
 # values are checked by ``validate`` like every other key.
@@ -234,7 +237,7 @@ OPTIONAL_KEYS: dict[str, type] = {
     "model.mlp": bool, "model.tie_embeddings": bool, "model.embed_init_std": float,
     "model.embed_dropout_rate": float, "model.norm": str, "model.norm_position": str,
     "model.mlp_activation": str, "model.head": str, "model.dropout_broadcast_time": bool,
-    "model.share_attention_core": bool,
+    "model.share_attention_core": bool, "data.pipeline": str,
     "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float,
 }
 # Sections a protocol's config leaves out, with the type of each key: a ``--set`` of one of their keys
@@ -435,6 +438,11 @@ def _validate_data(config: ml_collections.ConfigDict) -> None:
   prepare = config.data.prepare.to_dict()
   _check_keywords("data.prepare", prepare, task.prepare, skip=("progress",))
   validate_prepare(prepare)
+  pipeline = config.data.get("pipeline", "tf")
+  check_choice("data.pipeline", pipeline, PIPELINES)
+  if pipeline == "numpy" and config.task not in tasks_lib.base.array_tasks():
+    fail("data.pipeline", pipeline, f"'tf' for task {config.task!r}, which reads its data through tf.data only "
+         f"(numpy: {', '.join(tasks_lib.base.array_tasks())})")
 
 
 def config_hash(config: ml_collections.ConfigDict) -> str:

@@ -236,9 +236,14 @@ class Data:
     options = dict(config.data.options)
     if config.model.get("input_kind", "tokens") == "pixels":
       options["input_kind"] = "pixels"  # one knob: the model's input kind picks the task's inputs
-    examples = {split: task.examples(data_dir, split, max_length=config.data.max_length, **options)
+    read = task.array_examples if config.data.get("pipeline", "tf") == "numpy" else task.examples
+    examples = {split: read(data_dir, split, max_length=config.data.max_length, **options)
                 for split in tasks_lib.SPLITS}
-    if indexed:
+    if indexed and examples["train"].arrays is not None:
+      index = lambda ex: np.arange(ex.num_examples, dtype=np.int32)
+      examples = {split: dataclasses.replace(ex, arrays={**ex.arrays, "index": index(ex)})
+                  for split, ex in examples.items()}
+    elif indexed:
       tf = tasks_lib.base.import_tf()
       examples = {split: dataclasses.replace(ex, dataset=ex.dataset.enumerate().map(
           lambda i, example: {**example, "index": tf.cast(i, tf.int32)})) for split, ex in examples.items()}
@@ -330,7 +335,7 @@ class Run:
     logging.info("model has %d parameters", self.num_params)
     self.to_global = functools.partial(parallel.global_batch, mesh=self.mesh)
     self.train_iter = iter(self.data.train)
-    self.iterator_ckpt = tasks_lib.base.import_tf().train.Checkpoint(iterator=self.train_iter)
+    self.iterator_ckpt = tasks_lib.base.iterator_checkpoint(self.train_iter)
     self.progress = {"best_val_accuracy": -1.0, "best_step": 0, "train_seconds": 0.0, "timed_steps": 0,
                      "wall_seconds": 0.0}
     self._resume()
@@ -553,8 +558,7 @@ def validation_curve(workdir: str, tag: str = "eval/accuracy", last_step: int | 
   import glob
 
   from tensorboard.backend.event_processing import event_file_loader
-
-  make_ndarray = tasks_lib.base.import_tf().make_ndarray
+  from tensorboard.util.tensor_util import make_ndarray
   points: dict[int, tuple[float, float]] = {}
   for path in sorted(glob.glob(os.path.join(workdir, "tensorboard", "events.out.tfevents.*"))):
     try:
@@ -571,11 +575,40 @@ def validation_curve(workdir: str, tag: str = "eval/accuracy", last_step: int | 
   return [[step, round(points[step][0], 6)] for step in sorted(points) if last_step is None or step <= last_step]
 
 
-def _summary_writer(workdir: str):
-  """A TensorBoard writer on process 0 (None elsewhere)."""
-  from flax.metrics import tensorboard
+class ScalarWriter:
+  """TensorBoard scalars written with the ``tensorboard`` package alone (no TensorFlow, which
+  ``flax.metrics.tensorboard`` imports): the loop writes only scalars. Read back by ``validation_curve``
+  and by TensorBoard (tests/test_train.py)."""
 
-  return tensorboard.SummaryWriter(os.path.join(workdir, "tensorboard")) if jax.process_index() == 0 else None
+  def __init__(self, logdir: str):
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    self._writer = EventFileWriter(logdir)
+
+  def scalar(self, tag: str, value: float, step: int) -> None:
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
+    self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
+
+  def flush(self) -> None:
+    self._writer.flush()
+
+  def close(self) -> None:
+    self._writer.close()
+
+
+def _summary_writer(workdir: str) -> ScalarWriter | None:
+  """A TensorBoard writer on process 0 (None elsewhere, or where the tensorboard package is missing:
+  then the record carries no validation curve)."""
+  if jax.process_index() != 0:
+    return None
+  try:
+    return ScalarWriter(os.path.join(workdir, "tensorboard"))
+  except ImportError:
+    logging.warning("the tensorboard package is not installed: no TensorBoard events and no validation "
+                    "curve in the record (pip install tensorboard)")
+    return None
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir: str,

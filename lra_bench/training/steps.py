@@ -212,8 +212,8 @@ def create_model(config: ml_collections.ConfigDict, task: tasks_lib.Task,
 
 def example_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
   """Zeros shaped like one batch of a dataset with ``element_spec`` (for init and compiling)."""
-  return {key: np.zeros((batch_size, *spec.shape[1:]), spec.dtype.as_numpy_dtype)
-          for key, spec in element_spec.items()}
+  return {key: np.zeros((batch_size, *spec.shape[1:]), getattr(spec.dtype, "as_numpy_dtype", spec.dtype))
+          for key, spec in element_spec.items()}  # a tf.TensorSpec's dtype, or a numpy one (ArraySpec)
 
 
 # Programs that run once (the initial state, the report's attention probes) are compiled on CPU without
