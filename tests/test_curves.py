@@ -14,10 +14,10 @@ from lra_bench.training import loop
 from tests.conftest import tiny_overrides
 
 
-def _write(workdir, points):
-  from flax.metrics import tensorboard
-
-  writer = tensorboard.SummaryWriter(os.path.join(workdir, "tensorboard"))
+def _write(workdir, points, writer_class=None):
+  """Events as the loop writes them (``loop.ScalarWriter``), or with ``writer_class`` (flax's
+  ``SummaryWriter``: tensor summaries, what runs wrote before 2026-11-28)."""
+  writer = (writer_class or loop.ScalarWriter)(os.path.join(workdir, "tensorboard"))
   for step, value in points:
     writer.scalar("eval/accuracy", value, step)
     writer.scalar("train/loss", 9.0, step)           # other tags are not the curve
@@ -33,6 +33,19 @@ def test_a_resumed_runs_curve_keeps_the_latest_value_of_each_step(tmp_path):
   assert loop.validation_curve(workdir) == [[10, 0.1], [20, 0.2], [30, 0.35], [40, 0.4]]
   assert loop.validation_curve(workdir, last_step=30) == [[10, 0.1], [20, 0.2], [30, 0.35]]
   assert loop.validation_curve(str(tmp_path / "nothing")) == []
+
+
+def test_a_run_resumed_across_the_writer_change_keeps_both_parts_of_its_curve(tmp_path):
+  """flax's tensor summaries (earlier starts) and the tensorboard package's scalars (later ones) in one
+  run directory (time.sleep: the later start's value of step 100 is the later in time, as in a real resume)."""
+  import time
+
+  from flax.metrics import tensorboard
+
+  _write(str(tmp_path), [(50, 0.087), (100, 0.071)], tensorboard.SummaryWriter)
+  time.sleep(1.1)
+  _write(str(tmp_path), [(100, 0.072), (150, 0.1605)])
+  assert loop.validation_curve(str(tmp_path)) == [[50, 0.087], [100, 0.072], [150, 0.1605]]
 
 
 def test_a_finished_runs_record_has_its_curve(listops_dir, tmp_path, fast_compile):
