@@ -176,7 +176,8 @@ def test_core_tests_import_and_run_without_tensorflow(no_tf):
 
 @pytest.mark.timeout(300)
 def test_reading_data_without_tensorflow_names_the_extra(no_tf, tmp_path):
-  """ListOps generation is plain Python; reading any data for training needs the ``data`` extra."""
+  """ListOps generation is plain Python; reading data through tf.data needs the ``data`` extra, and the
+  message says so (for generated data it also names the numpy pipeline)."""
   data_dir = str(tmp_path / "data")
   proc, attempts = no_tf(cli("data", "prepare", "listops", "--num_train", "4", "--num_val", "2", "--num_test", "2",
                              "--min_length", "10", "--max_expression_length", "40", "--data_dir", data_dir))
@@ -184,6 +185,14 @@ def test_reading_data_without_tensorflow_names_the_extra(no_tf, tmp_path):
   proc, _ = no_tf(cli("data", "prepare", "text", "--data_dir", data_dir))
   assert proc.returncode == 2, proc.stderr[-3000:]
   assert "lra-bench[data]" in proc.stderr and "Traceback" not in proc.stderr
+  # training on generated data: the message also names the pipeline that needs no TensorFlow
+  proc, _ = no_tf(cli("train", "--task", "listops", "--protocol", "smoke", "--workdir", str(tmp_path / "run"),
+                      "--data_dir", data_dir, "--set", "data.max_length=48", "--set", "data.options.name=basic"),
+                  NO_TF_ABSENT="1")
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert proc.stderr.strip().splitlines()[-1].endswith(
+      "lra-bench[data]' (tensorflow-cpu, tensorflow-datasets); or read the listops data without TensorFlow: "
+      "--set data.pipeline=numpy"), proc.stderr[-3000:]
 
 
 @pytest.mark.timeout(600)

@@ -237,8 +237,14 @@ class Data:
     if config.model.get("input_kind", "tokens") == "pixels":
       options["input_kind"] = "pixels"  # one knob: the model's input kind picks the task's inputs
     read = task.array_examples if config.data.get("pipeline", "tf") == "numpy" else task.examples
-    examples = {split: read(data_dir, split, max_length=config.data.max_length, **options)
-                for split in tasks_lib.SPLITS}
+    try:
+      examples = {split: read(data_dir, split, max_length=config.data.max_length, **options)
+                  for split in tasks_lib.SPLITS}
+    except tasks_lib.MissingDependencyError as err:
+      if read == task.examples and config.task in tasks_lib.base.array_tasks():
+        raise tasks_lib.MissingDependencyError(f"{err}; or read the {config.task} data without TensorFlow: "
+                                               "--set data.pipeline=numpy") from None
+      raise
     if indexed and examples["train"].arrays is not None:
       index = lambda ex: np.arange(ex.num_examples, dtype=np.int32)
       examples = {split: dataclasses.replace(ex, arrays={**ex.arrays, "index": index(ex)})
