@@ -297,10 +297,7 @@ def _token_table(sources: list[str], max_length: int) -> np.ndarray:
 
 def token_ids(sources: list[str], max_length: int) -> np.ndarray:
   """int32 [N, max_length]: the token ids of ``sources`` without TensorFlow (the numpy pipeline)."""
-  unique = list(dict.fromkeys(sources))
-  row = {source: i for i, source in enumerate(unique)}
-  table = _token_table(unique, max_length)
-  return table[np.fromiter(map(row.__getitem__, sources), np.int64, len(sources))].astype(np.int32)
+  return _token_table(sources, max_length).astype(np.int32)
 
 
 def tokenize(sources: list[str], max_length: int) -> np.ndarray:

@@ -584,7 +584,7 @@ def validation_curve(workdir: str, tag: str = "eval/accuracy", last_step: int | 
 class ScalarWriter:
   """TensorBoard scalars written with the ``tensorboard`` package alone (no TensorFlow, which
   ``flax.metrics.tensorboard`` imports): the loop writes only scalars. Read back by ``validation_curve``
-  and by TensorBoard (tests/test_train.py)."""
+  and by TensorBoard (tests/test_curves.py)."""
 
   def __init__(self, logdir: str):
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
