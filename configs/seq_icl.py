@@ -1,36 +1,55 @@
-"""The associative-recall and induction-head protocol of berlino/seq_icl (the table of its readme: AR
-Transformer 100.0, S4D 32.4, H3 98.2, LRU 11.6; IH Transformer 97.2, S4D 8.8, H3 100.0, LRU 4.8).
+"""The associative-recall and induction-head protocol of berlino/seq_icl's readme table (AR: Transformer
+100.0, S4D 32.4, H3 98.2, GILR 50.2, LRU 11.6, LSTM 36.2, RWKV 30.0; IH: 97.2, 8.8, 100.0, 6.2, 4.8, 4.8,
+6.0; "Random" 25.0 / 5.0).
 
-Values read from the repository at the commit whose readme holds the table (75d7a96, configs unchanged
-at 655c92e), ``configs/experiment/synthetics/{associative_recall,induction_head}/{base,transformer}.yaml``,
-``configs/pipeline/{assoc_recall,induction_head}.yaml`` and ``configs/dataset/icl_synthetics.yaml``:
+Which configs made the table. Its numbers were filled in on 2023-08-13 (commit ec42595 "update results";
+LSTM and RWKV on 2023-08-22) and never changed afterwards, while the task configs were changed on
+2023-11-27 and 2023-12-19 (9f14c40, 655c92e "final exps": IH vocabulary 16, length 256, batch 8, 2 heads;
+AR vocabulary 40, length 384, 200 epochs) for the repository's later paper, without rerunning the table.
+The values below are those of ec42595, the commit that wrote the numbers. The table agrees: its IH
+"Random" is 5.0 = 1 / 20, the vocabulary of ec42595 (16 at the later commits would give 6.25).
 
-- associative recall: the pipeline overrides the dataset's defaults to vocabulary 40 and input length
-  384 (the dataset file's 20 / 40 are the H3 paper's setting, not this table's), 5 000 training and 500
-  test examples; Transformer ``lm_simple``: width 128, 8 layers, 2 heads, MLP 4 x 128, embedding
-  dropout 0.1, residual dropout 0, attention dropout 0.1, learned positions; AdamW lr 5e-4, weight
-  decay 0.1; batch 32; 200 epochs; linear warm-up over 10 % of the steps, then linear decay to 0
-  (``linear_warmup`` = transformers' ``get_linear_schedule_with_warmup``);
-- induction head: vocabulary 16, length 256, same counts; width 32, 2 layers, 2 heads, MLP 4 x 32;
-  batch 8; 400 epochs; timm cosine with 10 % warm-up from 1e-6 and a floor of 0.1 x lr.
+Read at ec42595: ``configs/dataset/icl_synthetics.yaml``, ``configs/pipeline/{assoc_recall,
+induction_head}.yaml``, ``configs/experiment/synthetics/{associative_recall,induction_head}/{base,
+transformer,s4d}.yaml``, ``configs/model/layer/s4d.yaml``, ``configs/optimizer/adamw.yaml``,
+``src/dataloaders/synthetics.py``, ``src/models/sequence/simple_lm.py`` and ``ssm/s4d.py``:
 
-The model (safari's ``SimpleLMHeadModel``): pre-LN blocks, final LayerNorm, tied embedding and output,
-N(0, 0.02) embeddings and positions. The metric is the accuracy on the labelled positions of the test
-split (``accuracy_ignore_index``; docs/generators.md, "Recall tasks", says which positions are
-labelled).
+- data: 5 000 training and 500 test examples, vocabulary 20 (18 ordinary tokens, ``.`` and ``=>``),
+  each split de-duplicated; associative recall over 40 tokens (20 pairs of 9 keys and 9 values, a random
+  map per example), then ``=> key value`` (model input 42 tokens); induction head over 30 tokens, then
+  ``=> token`` (input 31). Training: the next-token loss at every position; test: the answer alone.
+- model (``lm_simple``): width 32, 2 pre-LN blocks of [1-head causal attention, MLP 4 x 32 with tanh
+  GELU], embedding dropout 0.1, attention dropout 0.1, residual dropout 0, learned positions, final
+  LayerNorm, tied embedding and output, N(0, 0.02) embeddings;
+- optimizer: AdamW lr 5e-4, weight decay 0.1, betas (0.9, 0.999); batch 32; 400 epochs (157 steps each,
+  62 800 steps); AR: linear warm-up over 10 % of the steps then linear decay to 0 (``linear_warmup``);
+  IH: timm's cosine with 10 % warm-up from 1e-6 and a floor of 0.1 x lr (``cosine_warmup_timm``);
+- S4D (``s4d.yaml``: the standalone S4D of ``ssm/s4d.py`` with ``d_state: 64``, ``transposed: False``,
+  ``lr: min(0.001, lr)``): ``attention_settings`` runs our ``s4d`` mixer with S4D-Inv imaginary parts,
+  a linear output map (``postact: null``: no GLU), no dropout, and its SSM parameters (Δ, A) at 5e-4
+  without weight decay (the layer's ``register(..., lr, 0.0)``).
+
+The metric is the accuracy on the labelled test positions (``accuracy_ignore_index``).
 
 Differences from the original (on purpose):
 - Token ids are the original's + 1 (0 stays the padding id).
-- A validation split of its own (500 examples, another seed); the original validated on its test set.
+- A validation split of its own (500 examples, drawn after the training split and unlike it); the
+  original validated on its test set and reported its best validation accuracy.
 - The induction-head schedule decays to 0, not to the 0.1 x lr floor, and its warm-up starts at 0, not
-  1e-6 (the harness's ``cosine_decay`` factor).
+  1e-6 (the harness's ``cosine_decay`` factor); the cosine runs over the steps after the warm-up.
 - No GPT-2 re-initialisation of the output projections (0.02 / sqrt(2 n_layers)).
-
-These runs are long on a CPU (AR: 31 400 steps at length 384 with width 128 and 8 layers); the CPU-sized
-variant that finishes in minutes is the ``recall_cpu`` protocol.
+- S4D: B is folded into C as ones times C ~ CN(0, 1) (the original draws B at random, normalises it and
+  folds it into C); the output map has flax's initialisation; every other difference is the ``s4d``
+  mixer's (its docstring).
+- seq_icl's "LRU" (``rnn/lru.py`` ``LRULayer``) is not the LRU paper's layer: an input map to 4 x width,
+  a diagonal complex recurrence without B and C matrices, a SiLU gate, LayerNorm and an output map. It is
+  the ``seq_icl_lru`` mixer (its docstring lists its differences), run here with the layer's dropout 0.2;
+  the harness's ``lru`` mixer is the paper's (minimal-LRU), and the report does not put seq_icl's LRU row
+  beside it.
 
   lra-bench data prepare assoc_recall --protocol seq_icl
-  lra-bench suite --protocol seq_icl --tasks assoc_recall,induction_head --attentions vanilla \\
+  lra-bench data prepare induction_head --protocol seq_icl
+  lra-bench suite --protocol seq_icl --tasks assoc_recall,induction_head --attentions vanilla,s4d,seq_icl_lru \\
       --results_dir results/seq_icl
 """
 
@@ -41,32 +60,51 @@ import ml_collections
 from configs.zoology import adamw, epochs_to_steps, protocol_config, recall_data, recall_model
 
 TRAIN, TEST = 5_000, 500
+EPOCHS = 400
+VOCAB = 20
+# The data files' name: the later settings (vocabulary 16 / 40) were once prepared as "seq_icl".
+DATA_NAME = "seq_icl_v20"
+
+
+def _model_and_optimizer(c: ml_collections.ConfigDict) -> None:
+  recall_model(c, width=32, layers=2, heads=1, mlp=True)
+  adamw(c, 5e-4, 0.1)
+  c.batch_size = 32
+  epochs_to_steps(c, TRAIN, EPOCHS)              # 157 steps per epoch, 62 800 in all
+  c.optimizer.warmup_steps = c.num_train_steps // 10
 
 
 def assoc_recall(c: ml_collections.ConfigDict) -> None:
-  recall_data(c, vocab=40, length=384, train=TRAIN, test=TEST, name="seq_icl", model_length=386)
-  recall_model(c, width=128, layers=8, heads=2, mlp=True)
-  adamw(c, 5e-4, 0.1)
-  c.batch_size = 32
-  epochs_to_steps(c, TRAIN, 200)
+  recall_data(c, vocab=VOCAB, length=40, train=TRAIN, test=TEST, name=DATA_NAME, model_length=42)
+  _model_and_optimizer(c)
   c.optimizer.schedule = "constant * linear_warmup * linear_decay"
-  c.optimizer.warmup_steps = c.num_train_steps // 10
   c.optimizer.steps_per_cycle = c.num_train_steps
 
 
-def induction_head(c: ml_collections.ConfigDict, epochs: int = 400) -> None:
-  """``epochs``: seq_icl's 400; ``seq_icl_cpu`` trains for fewer, the schedule stretched to them."""
-  recall_data(c, vocab=16, length=256, train=TRAIN, test=TEST, name="seq_icl", model_length=257)
-  recall_model(c, width=32, layers=2, heads=2, mlp=True)
-  adamw(c, 5e-4, 0.1)
-  c.batch_size = 8
-  epochs_to_steps(c, TRAIN, epochs)
+def induction_head(c: ml_collections.ConfigDict) -> None:
+  recall_data(c, vocab=VOCAB, length=30, train=TRAIN, test=TEST, name=DATA_NAME, model_length=31)
+  _model_and_optimizer(c)
   c.optimizer.schedule = "constant * linear_warmup * cosine_decay"
-  c.optimizer.warmup_steps = c.num_train_steps // 10
   c.optimizer.steps_per_cycle = c.num_train_steps - c.optimizer.warmup_steps
 
 
 TASKS = {"assoc_recall": assoc_recall, "induction_head": induction_head}
+
+# seq_icl's S4D layer, as ``s4d.yaml`` configured it (module docstring).
+S4D_SETTINGS = {"model.attention_kwargs.d_state": 64, "model.attention_kwargs.init": "inv",
+                "model.attention_kwargs.postact": "linear", "model.attention_kwargs.dropout_rate": 0.0,
+                "optimizer.ssm_learning_rate": 5e-4, "optimizer.ssm_weight_decay": 0.0}
+
+
+# seq_icl's "LRU" (``seq_icl_lru``): LRULayer's own dropout default, which its configs leave as it is.
+SEQ_ICL_LRU_SETTINGS = {"model.attention_kwargs.dropout_rate": 0.2}
+LAYER_SETTINGS = {"s4d": S4D_SETTINGS, "seq_icl_lru": SEQ_ICL_LRU_SETTINGS}
+
+
+def attention_settings(config: ml_collections.ConfigDict) -> dict:
+  """Config key -> value of the layer seq_icl ran for ``config.model.attention`` (S4D's and its LRU's;
+  the attention cores and the other mixers take the protocol's model as it is)."""
+  return dict(LAYER_SETTINGS.get(config.model.attention, {}))
 
 
 def get_config(task: str = "assoc_recall") -> ml_collections.ConfigDict:

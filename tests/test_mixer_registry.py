@@ -10,7 +10,7 @@ MIXERS = attention_zoo.list_mixers()
 
 
 def test_the_built_in_mixers_are_registered():
-  assert {"s4d", "s5", "lru", "mega", "mega_chunk"} <= set(MIXERS)
+  assert {"s4d", "s5", "lru", "mega", "mega_chunk", "seq_icl_lru"} <= set(MIXERS)
   assert not set(MIXERS) & set(attention_zoo.list_attentions())
 
 

@@ -27,6 +27,14 @@ from lra_bench.report.tables import Table
 REFERENCE_FILE = "recall_accuracy.csv"
 # The published rows name models; ours name attention cores and mixers. These are the ones we have.
 PUBLISHED_ATTENTION = {"Transformer": "vanilla", "Attention": "vanilla", "S4D": "s4d", "LRU": "lru"}
+# Where a source's model of that name is another layer: seq_icl's "LRU" is its own gated layer
+# (``seq_icl_lru``), not the LRU paper's (``lru``).
+PROTOCOL_ATTENTION = {"seq_icl": {"LRU": "seq_icl_lru"}}
+
+
+def published_attention(protocol: str, model: str) -> str | None:
+  """Our attention or mixer that is ``model`` of the published rows of ``protocol`` (None: not ours)."""
+  return PROTOCOL_ATTENTION.get(protocol, {}).get(model, PUBLISHED_ATTENTION.get(model))
 
 
 is_recall = tasks_lib.is_next_token
@@ -232,7 +240,7 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
     for model in published_models:
       values = [_published(reference, source_protocol, task, model, *s) for s in settings]
       if any(v is not None for v in values):
-        ours = PUBLISHED_ATTENTION.get(model)
+        ours = published_attention(source_protocol, model)
         rows.append([f"{label}: {model}" + (f" (= {ours})" if ours else "")]
                     + ["—" if v is None else f"{v:.1f}" for v in values])
     footnotes = [
