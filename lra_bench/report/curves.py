@@ -55,7 +55,9 @@ def learning_curves_figure(records: Sequence[dict], protocol: str, out_stem: str
     ax.set_ylabel("validation accuracy (%)")
     ax.set_title(task, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+    # below its own panel: a legend right of a panel fell on the next panel's tick labels
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.17), borderaxespad=0.0, frameon=False,
+              ncol=2)
   fig.suptitle(f"Validation accuracy vs training step — protocol {protocol}", fontsize=11)
   return plots.save(fig, out_stem + ".png", out_stem + ".svg")
 
