@@ -286,3 +286,19 @@ def test_dropout_tied_over_time(tie):
   same_over_time = np.all(kept == kept[:, :1], axis=1)
   assert same_over_time.all() if tie else not same_over_time.all()
   np.testing.assert_array_equal(np.asarray(module.apply(variables, x, mask)) != 0, True)  # deterministic: none
+
+
+def test_output_init_option():
+  """``out_init_std`` (seq_icl's N(0, 0.02) re-initialisation of linear maps): the output linear's kernel
+  has that spread and a zero bias; without it, flax's LeCun normal (std 1/sqrt(H))."""
+  h = 400
+  x, mask = jnp.zeros((1, 4, h)), jnp.ones((1, 4), bool)
+  for postact, width in (("linear", h), ("glu", 2 * h)):
+    params = create_mixer("s4d", postact=postact, out_init_std=0.02).init(jax.random.PRNGKey(0), x, mask)["params"]
+    kernel = np.asarray(params["output_linear"]["kernel"])
+    assert kernel.shape == (h, width) and abs(kernel.std() / 0.02 - 1) < 0.02
+    assert not np.asarray(params["output_linear"]["bias"]).any()
+  default = create_mixer("s4d", postact="linear").init(jax.random.PRNGKey(0), x, mask)["params"]
+  assert abs(np.asarray(default["output_linear"]["kernel"]).std() * np.sqrt(h) - 1) < 0.05
+  with pytest.raises(ValueError, match="out_init_std"):
+    create_mixer("s4d", out_init_std=0.0)

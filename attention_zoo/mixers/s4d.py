@@ -93,6 +93,9 @@ class S4DConfig(MixerConfig):
     trainable_B: train B (parameter ``ssm_B``, initialised to ones) instead of fixing B = 1.
     tie_dropout: one dropout mask per (example, channel) shared over the length.
     postact: "glu" (linear H → 2H then GLU), "linear" (linear H → H) or "none" (no output linear).
+    out_init_std: None (flax's default init of the output linear, LeCun normal) or the standard
+      deviation of a N(0, std²) kernel with a zero bias (seq_icl's models re-initialise every linear
+      map N(0, 0.02)).
   """
 
   d_state: int = 64
@@ -104,6 +107,7 @@ class S4DConfig(MixerConfig):
   trainable_B: bool = False
   tie_dropout: bool = False
   postact: str = "glu"
+  out_init_std: float | None = None
 
   paper_name: ClassVar[str | None] = "S4D"
   family: ClassVar[str] = "ssm"
@@ -117,6 +121,8 @@ class S4DConfig(MixerConfig):
         raise ValueError(f"s4d: {name} must be one of {', '.join(allowed)}; got {value!r}")
     if not 0 < self.dt_min <= self.dt_max:
       raise ValueError(f"s4d: need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
+    if self.out_init_std is not None and not self.out_init_std > 0:
+      raise ValueError(f"s4d: out_init_std must be > 0 (or None), got {self.out_init_std}")
 
   def state_size(self, length: int, d_model: int) -> int:
     """d_model · d_state: a causal layer keeps N/2 complex modes per channel, i.e. N real scalars per
@@ -198,6 +204,11 @@ class S4D(nn.Module):
 
   config: S4DConfig
 
+  def _output_init(self) -> dict:
+    std = self.config.out_init_std
+    return {} if std is None else {"kernel_init": nn.initializers.normal(std),
+                                   "bias_init": nn.initializers.zeros}
+
   @nn.compact
   def __call__(self, x, mask, deterministic=True):
     c = self.config
@@ -238,8 +249,8 @@ class S4D(nn.Module):
     y = jax.nn.gelu(y, approximate=False)
     y = nn.Dropout(c.dropout_rate, broadcast_dims=(1,) if c.tie_dropout else ())(y, deterministic=deterministic)
     if c.postact == "glu":
-      y = nn.Dense(2 * h, dtype=dtype, name="output_linear")(y)
+      y = nn.Dense(2 * h, dtype=dtype, name="output_linear", **self._output_init())(y)
       y = y[..., :h] * jax.nn.sigmoid(y[..., h:])
     elif c.postact == "linear":
-      y = nn.Dense(h, dtype=dtype, name="output_linear")(y)
+      y = nn.Dense(h, dtype=dtype, name="output_linear", **self._output_init())(y)
     return y.astype(x.dtype)
