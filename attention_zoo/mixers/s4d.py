@@ -55,7 +55,8 @@ Differences from the original:
   - One dropout, after the GELU (as in the minimal ``s4d.py``); the current ``FFTConv`` applies a second,
     untied dropout to y before the activation.
   - The output linear uses flax's default ``Dense`` init (LeCun normal kernel, zero bias) instead of
-    torch's ``nn.Linear``/``Conv1d`` init (Kaiming uniform, uniform bias).
+    torch's ``nn.Linear``/``Conv1d`` init (Kaiming uniform, uniform bias); ``out_init_std`` gives N(0, std²)
+    and a zero bias instead (seq_icl's models re-initialise every linear map N(0, 0.02)).
   - Im A for "legs" is computed with numpy's ``eigvalsh`` of the Hermitian i·S in float64 (the original:
     torch's ``eigh`` in double precision).
   - ``causal=True`` uses the forward kernel only (one C) whatever ``bidirectional`` says.
