@@ -118,6 +118,12 @@ def theta_log_init(key, shape, max_phase, dtype=jnp.float32):
   return jnp.log(max_phase * jax.random.uniform(key, shape, dtype))
 
 
+def gamma_log_init(nu_log, theta_log):
+  """γ_log = log √(1 − |λ|²) for the eigenvalues of ``nu_log``, ``theta_log`` (the normalisation at
+  initialisation; a trainable parameter afterwards)."""
+  return jnp.log(jnp.sqrt(1.0 - jnp.abs(eigenvalues(nu_log, theta_log)) ** 2))
+
+
 def normal_init(std):
   def init(key, shape, dtype=jnp.float32):
     return jax.random.normal(key, shape, dtype) * jnp.asarray(std, dtype)
@@ -163,9 +169,7 @@ class LRU(nn.Module):
 
     nu_log = self.param("ssm_nu_log", nu_log_init, (n,), cfg.r_min, cfg.r_max)
     theta_log = self.param("ssm_theta_log", theta_log_init, (n,), cfg.max_phase)
-    gamma_log = self.param(
-        "ssm_gamma_log",
-        lambda _key: jnp.log(jnp.sqrt(1.0 - jnp.abs(eigenvalues(nu_log, theta_log)) ** 2)))
+    gamma_log = self.param("ssm_gamma_log", lambda _key: gamma_log_init(nu_log, theta_log))
     b_re = self.param("ssm_B_re", normal_init((2 * h) ** -0.5), (n, h))
     b_im = self.param("ssm_B_im", normal_init((2 * h) ** -0.5), (n, h))
     c_re = self.param("C_re", normal_init(n ** -0.5), (h, n))

@@ -62,7 +62,8 @@ import jax
 import jax.numpy as jnp
 
 from attention_zoo.mixers import MixerConfig, register_mixer
-from attention_zoo.mixers.lru import eigenvalues, linear_recurrence, nu_log_init, theta_log_init
+from attention_zoo.mixers.lru import (eigenvalues, gamma_log_init, linear_recurrence, nu_log_init,
+                                      theta_log_init)
 
 # Linear layers of the model: N(0, initializer_range) weights, zero biases (simple_lm._init_weights).
 INITIALIZER_RANGE = 0.02
@@ -118,8 +119,7 @@ class SeqIclLRU(nn.Module):
 
     nu_log = self.param("nu_log", nu_log_init, (h,), cfg.r_min, cfg.r_max)
     theta_log = self.param("theta_log", theta_log_init, (h,), cfg.max_phase)
-    gamma_log = self.param(
-        "gamma_log", lambda _key: jnp.log(jnp.sqrt(1.0 - jnp.abs(eigenvalues(nu_log, theta_log)) ** 2)))
+    gamma_log = self.param("gamma_log", lambda _key: gamma_log_init(nu_log, theta_log))
 
     u = _dense(4 * h, "in_proj", real)(x.astype(real))
     v, o = jnp.split(u, 2, axis=-1)
