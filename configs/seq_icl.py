@@ -19,15 +19,20 @@ transformer,s4d}.yaml``, ``configs/model/layer/s4d.yaml``, ``configs/optimizer/a
   map per example), then ``=> key value`` (model input 42 tokens); induction head over 30 tokens, then
   ``=> token`` (input 31). Training: the next-token loss at every position; test: the answer alone.
 - model (``lm_simple``): width 32, 2 pre-LN blocks of [1-head causal attention, MLP 4 x 32 with tanh
-  GELU], embedding dropout 0.1, attention dropout 0.1, residual dropout 0, learned positions, final
-  LayerNorm, tied embedding and output, N(0, 0.02) embeddings;
+  GELU], embedding dropout 0.1, attention dropout 0.1, residual dropout 0, learned positions (the
+  Transformer's config only: ``max_position_embeddings``; the S4D and LRU models have none), final
+  LayerNorm, tied embedding and output; ``_init_weights``: embeddings and every linear map N(0, 0.02)
+  with zero biases, the attention's ``out_proj`` and the MLP's ``fc2`` (and the LRU's ``out_proj``)
+  N(0, 0.02 / sqrt(2 x 2 layers)) (``model.dense_init_std``, ``model.residual_init_rescale``);
 - optimizer: AdamW lr 5e-4, weight decay 0.1, betas (0.9, 0.999); batch 32; 400 epochs (157 steps each,
   62 800 steps); AR: linear warm-up over 10 % of the steps then linear decay to 0 (``linear_warmup``);
   IH: timm's cosine with 10 % warm-up from 1e-6 and a floor of 0.1 x lr (``cosine_warmup_timm``);
 - S4D (``s4d.yaml``: the standalone S4D of ``ssm/s4d.py`` with ``d_state: 64``, ``transposed: False``,
   ``lr: min(0.001, lr)``): ``attention_settings`` runs our ``s4d`` mixer with S4D-Inv imaginary parts,
-  a linear output map (``postact: null``: no GLU), no dropout, and its SSM parameters (Δ, A) at 5e-4
-  without weight decay (the layer's ``register(..., lr, 0.0)``).
+  a linear output map (``postact: null``: no GLU) initialised N(0, 0.02), no dropout, one A shared by
+  all channels (``n_ssm: 1``), B drawn at random, normalised and folded into C (``random_dplr``:
+  ``B_init: random``), and its SSM parameters (Δ, A) at 5e-4 without weight decay (the layer's
+  ``register(..., lr, 0.0)``).
 
 The metric is the accuracy on the labelled test positions (``accuracy_ignore_index``).
 
@@ -37,10 +42,9 @@ Differences from the original (on purpose):
   original validated on its test set and reported its best validation accuracy.
 - The induction-head schedule decays to 0, not to the 0.1 x lr floor, and its warm-up starts at 0, not
   1e-6 (the harness's ``cosine_decay`` factor); the cosine runs over the steps after the warm-up.
-- No GPT-2 re-initialisation of the output projections (0.02 / sqrt(2 n_layers)).
-- S4D: B is folded into C as ones times C ~ CN(0, 1) (the original draws B at random, normalises it and
-  folds it into C); the output map has flax's initialisation; every other difference is the ``s4d``
-  mixer's (its docstring).
+- The attention's Q/K/V and output maps have no bias (the original's ``Wqkv`` and ``out_proj`` have
+  biases, initialised to zero).
+- S4D: every difference is the ``s4d`` mixer's (its docstring).
 - seq_icl's "LRU" (``rnn/lru.py`` ``LRULayer``) is not the LRU paper's layer: an input map to 4 x width,
   a diagonal complex recurrence without B and C matrices, a SiLU gate, LayerNorm and an output map. It is
   the ``seq_icl_lru`` mixer (its docstring lists its differences), run here with the layer's dropout 0.2;
@@ -68,6 +72,8 @@ DATA_NAME = "seq_icl_v20"
 
 def _model_and_optimizer(c: ml_collections.ConfigDict) -> None:
   recall_model(c, width=32, layers=2, heads=1, mlp=True)
+  c.model.dense_init_std = 0.02                 # _init_weights: every nn.Linear N(0, initializer_range)
+  c.model.residual_init_rescale = True          # ... out_proj and fc2 N(0, 0.02 / sqrt(2 n_layer))
   adamw(c, 5e-4, 0.1)
   c.batch_size = 32
   epochs_to_steps(c, TRAIN, EPOCHS)              # 157 steps per epoch, 62 800 in all
@@ -90,14 +96,19 @@ def induction_head(c: ml_collections.ConfigDict) -> None:
 
 TASKS = {"assoc_recall": assoc_recall, "induction_head": induction_head}
 
-# seq_icl's S4D layer, as ``s4d.yaml`` configured it (module docstring).
+# seq_icl's S4D layer, as ``s4d.yaml`` configured it (module docstring), in a model without position
+# embeddings (its S4D and LRU experiment configs leave ``max_position_embeddings`` at 0).
 S4D_SETTINGS = {"model.attention_kwargs.d_state": 64, "model.attention_kwargs.init": "inv",
                 "model.attention_kwargs.postact": "linear", "model.attention_kwargs.dropout_rate": 0.0,
+                "model.attention_kwargs.B_init": "random", "model.attention_kwargs.n_ssm": 1,
+                "model.attention_kwargs.out_init_std": 0.02, "model.positions": "none",
                 "optimizer.ssm_learning_rate": 5e-4, "optimizer.ssm_weight_decay": 0.0}
 
 
-# seq_icl's "LRU" (``seq_icl_lru``): LRULayer's own dropout default, which its configs leave as it is.
-SEQ_ICL_LRU_SETTINGS = {"model.attention_kwargs.dropout_rate": 0.2}
+# seq_icl's "LRU" (``seq_icl_lru``): LRULayer's own dropout default, which its configs leave as it is;
+# its out_proj rescaled as GPT-2 (0.02 / sqrt(2 · 2 layers)); no position embeddings.
+SEQ_ICL_LRU_SETTINGS = {"model.attention_kwargs.dropout_rate": 0.2, "model.attention_kwargs.out_init_std": 0.01,
+                        "model.positions": "none"}
 LAYER_SETTINGS = {"s4d": S4D_SETTINGS, "seq_icl_lru": SEQ_ICL_LRU_SETTINGS}
 
 

@@ -38,6 +38,7 @@ def numpy_params(params):
   p = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), params)
   dt = np.exp(p["ssm_log_dt"])
   A = -np.exp(p["ssm_log_A_re"]) + 1j * p["ssm_A_im"]
+  A = np.concatenate([A] * (len(dt) // len(A)))  # n_ssm copies of A: channel h uses copy h % n_ssm
   B = p["ssm_B"][..., 0] + 1j * p["ssm_B"][..., 1] if "ssm_B" in p else np.ones_like(A)
   C = p["C"][..., 0] + 1j * p["C"][..., 1]
   return dt, A, B, C, p["D"]
@@ -143,7 +144,7 @@ def test_convolution_offsets():
 
 @pytest.mark.parametrize("overrides", [{}, {"postact": "linear", "init": "inv", "disc": "bilinear",
                                             "bidirectional": False, "trainable_B": True},
-                                       {"postact": "none"}])
+                                       {"postact": "none"}, {"n_ssm": 2, "B_init": "random"}])
 def test_layer_matches_numpy(x64, overrides):
   x = inputs(2, 2, 10, 4)
   module = make(**overrides)
@@ -152,6 +153,8 @@ def test_layer_matches_numpy(x64, overrides):
   if "ssm_B" in params:  # move B off its init so that it matters
     params = {**params, "ssm_B": params["ssm_B"] + 0.3 * jax.random.normal(jax.random.PRNGKey(4),
                                                                               params["ssm_B"].shape)}
+  if "n_ssm" in overrides:  # make the shared copies of A differ, so that which channel uses which matters
+    params = {**params, "ssm_A_im": params["ssm_A_im"] * jnp.arange(1.0, 1.0 + len(params["ssm_A_im"]))[:, None]}
   out, _, _ = run(module, x, variables={"params": params})
   expected = numpy_layer(x, params, overrides.get("disc", "zoh"), overrides.get("bidirectional", True),
                          overrides.get("postact", "glu"))
@@ -302,3 +305,45 @@ def test_output_init_option():
   assert abs(np.asarray(default["output_linear"]["kernel"]).std() * np.sqrt(h) - 1) < 0.05
   with pytest.raises(ValueError, match="out_init_std"):
     create_mixer("s4d", out_init_std=0.0)
+
+
+def _C_and_A(params):
+  C = np.asarray(params["C"][..., 0], np.float64) + 1j * np.asarray(params["C"][..., 1], np.float64)
+  A = -np.exp(np.asarray(params["ssm_log_A_re"], np.float64)) + 1j * np.asarray(params["ssm_A_im"], np.float64)
+  return C[0], A[0]
+
+
+@pytest.mark.parametrize("n_ssm", [1, None])
+def test_random_B_is_normalised_and_folded_into_C(n_ssm):
+  """``B_init="random"`` (``random_dplr``): C starts as C0 · B with C0 ~ CN(0, 1) and B normalised to
+  2 Σ_n |B_n / A_n|² = 1, so the channels' mean of 2 Σ_n |C_n / A_n|² is 1 (about 2 Σ_n 1/|A_n|² ≈ 9
+  with B = 1); with n_ssm = 1 every channel has the same B, so E_h |C_hn|² = |B_n|² obeys the same sum."""
+  h = 4000
+  x, mask = jnp.zeros((1, 4, h)), jnp.ones((1, 4), bool)
+  module = create_mixer("s4d", d_state=64, init="inv", bidirectional=False, postact="linear",
+                        B_init="random", n_ssm=n_ssm)
+  C, A = _C_and_A(module.init(jax.random.PRNGKey(0), x, mask)["params"])
+  per_channel = 2 * np.sum(np.abs(C / A) ** 2, axis=-1)
+  if n_ssm == 1:
+    B_squared = np.mean(np.abs(C) ** 2, axis=0)           # [N/2]: |B_n|², the shared B
+    assert 2 * np.sum(B_squared / np.abs(A) ** 2) == pytest.approx(1.0, rel=0.05)
+  else:
+    assert per_channel.mean() == pytest.approx(1.0, rel=0.1)
+  ones = create_mixer("s4d", d_state=64, init="inv", bidirectional=False, postact="linear")
+  C1, _ = _C_and_A(ones.init(jax.random.PRNGKey(0), x, mask)["params"])
+  assert 2 * np.sum(np.abs(C1 / A) ** 2, axis=-1).mean() > 5
+  with pytest.raises(ValueError, match="B_init"):
+    create_mixer("s4d", B_init="uniform")
+
+
+def test_n_ssm_shares_A_over_channels():
+  x, mask = jnp.zeros((1, 4, 6)), jnp.ones((1, 4), bool)
+  params = create_mixer("s4d", d_state=8, n_ssm=2).init(jax.random.PRNGKey(0), x, mask)["params"]
+  assert params["ssm_A_im"].shape == (2, 4) and params["ssm_log_A_re"].shape == (2, 4)
+  assert params["ssm_log_dt"].shape == (6,)  # Δ stays per channel
+  default = create_mixer("s4d", d_state=8).init(jax.random.PRNGKey(0), x, mask)["params"]
+  assert default["ssm_A_im"].shape == (6, 4)
+  with pytest.raises(ValueError, match="n_ssm=4 must divide the width 6"):
+    create_mixer("s4d", d_state=8, n_ssm=4).init(jax.random.PRNGKey(0), x, mask)
+  with pytest.raises(ValueError, match="n_ssm"):
+    create_mixer("s4d", n_ssm=0)

@@ -79,6 +79,8 @@ def test_initialisation_is_the_originals():
   for name in ("in_proj", "out_proj"):
     assert abs(p[name]["kernel"].std() / 0.02 - 1) < 0.01 and not p[name]["bias"].any()
   assert p["layer_norm"]["scale"].shape == (2 * h,)
+  rescaled = create_mixer("seq_icl_lru", out_init_std=0.01).init(jax.random.PRNGKey(3), x, jnp.ones((1, 3), bool))
+  assert abs(np.asarray(rescaled["params"]["out_proj"]["kernel"]).std() / 0.01 - 1) < 0.01
 
 
 def test_state_size_registry_and_optimizer_group():
@@ -95,4 +97,6 @@ def test_state_size_registry_and_optimizer_group():
 def test_seq_icl_runs_it_with_the_layers_dropout():
   config = config_lib.load_config("seq_icl", "induction_head", [], attention="seq_icl_lru")
   assert config.model.attention_kwargs.dropout_rate == 0.2
+  assert config.model.attention_kwargs.out_init_std == 0.01    # GPT-2: 0.02 / sqrt(2 · 2 layers)
+  assert config.model.positions == "none"                       # lm_simple without position embeddings
   assert "ssm_learning_rate" not in config.optimizer

@@ -112,3 +112,31 @@ def test_eval_step_counts_labels_of_real_examples():
   predicted = logits.argmax(-1)
   labelled = (batch["targets"] >= 0) & (batch["weights"][:, None] > 0)
   assert float(sums["correct"]) == float(((predicted == batch["targets"]) & labelled).sum())
+
+
+@pytest.mark.parametrize("rescale", [False, True])
+def test_gpt2_dense_initialisation(rescale):
+  # seq_icl / Zoology _init_weights: every block linear N(0, 0.02); with the GPT-2 rescale the attention's
+  # output and the MLP's second layer N(0, 0.02 / sqrt(2 · num_layers)). Wide layers so the sample std
+  # of each kernel is within a few percent of the drawn one.
+  config = _model_config(emb_dim=256, qkv_dim=256, mlp_dim=1024, num_layers=2, dense_init_std=0.02,
+                         residual_init_rescale=rescale)
+  _, params = _init(config, _batch())
+  block = params["params"]["encoder"]["block_1"]
+  out_std = 0.02 / np.sqrt(4) if rescale else 0.02
+  stds = {"query": np.std(block["MultiHeadAttention_0"]["query"]["kernel"]),
+          "out": np.std(block["MultiHeadAttention_0"]["out"]["kernel"]),
+          "fc1": np.std(block["Dense_0"]["kernel"]), "fc2": np.std(block["Dense_1"]["kernel"])}
+  expected = {"query": 0.02, "out": out_std, "fc1": 0.02, "fc2": out_std}
+  for name, std in stds.items():
+    assert std == pytest.approx(expected[name], rel=0.05), name
+  assert not np.any(block["Dense_1"]["bias"])
+
+
+def test_without_dense_init_std_the_layers_keep_their_defaults():
+  _, params = _init(_model_config(emb_dim=256, qkv_dim=256, mlp_dim=1024), _batch())
+  block = params["params"]["encoder"]["block_0"]
+  assert np.std(block["Dense_0"]["kernel"]) == pytest.approx(1 / np.sqrt(256), rel=0.05)  # LeCun normal
+  assert np.std(block["Dense_1"]["kernel"]) == pytest.approx(1 / np.sqrt(1024), rel=0.05)
+  xavier = np.sqrt(2 / (256 + 256))  # xavier-uniform over the [256, heads, head_dim] kernel's fans
+  assert np.std(block["MultiHeadAttention_0"]["query"]["kernel"]) == pytest.approx(xavier, rel=0.05)

@@ -131,11 +131,14 @@ def test_seq_icl_is_the_config_that_made_its_table():
     assert (c.batch_size, c.num_train_steps, c.eval_every, c.optimizer.warmup_steps) == (32, 62800, 157, 6280)
     assert (c.optimizer.learning_rate, c.optimizer.weight_decay) == (5e-4, 0.1)
     assert (c.model.embed_dropout_rate, c.model.attention_dropout_rate, c.model.dropout_rate) == (0.1, 0.1, 0.0)
+    assert (c.model.dense_init_std, c.model.residual_init_rescale, c.model.positions) == (0.02, True, "learned")
   assert ar.optimizer.schedule.endswith("linear_decay") and ar.optimizer.steps_per_cycle == 62800
   assert ih.optimizer.schedule.endswith("cosine_decay") and ih.optimizer.steps_per_cycle == 62800 - 6280
   s4d = config_lib.load_config("seq_icl", "induction_head", [], attention="s4d")
   assert dict(s4d.model.attention_kwargs) == {"causal": True, "d_state": 64, "init": "inv", "postact": "linear",
-                                              "dropout_rate": 0.0}
+                                              "dropout_rate": 0.0, "B_init": "random", "n_ssm": 1,
+                                              "out_init_std": 0.02}
+  assert s4d.model.positions == "none"    # the S4D and LRU experiments have no position embeddings
   assert (s4d.optimizer.ssm_learning_rate, s4d.optimizer.ssm_weight_decay) == (5e-4, 0.0)
   assert "ssm_learning_rate" not in ih.optimizer
 

@@ -48,10 +48,13 @@ Differences from the original:
   - The kernel and convolution run in float32 (float64 when x is float64) whatever x's dtype; the output
     is cast back to x's dtype. Parameters are float32.
   - Δ is parameterised as exp(ssm_log_dt), as in the minimal ``s4d.py`` (the full ``SSMKernel`` now
-    defaults to a softplus transform); the LRA configs' ``n_ssm: 1`` (A, B, Δ shared across channels) is
-    not offered: every channel has its own A, B, Δ (``n_ssm = H``, the minimal layer's choice).
+    defaults to a softplus transform); by default every channel has its own A and B (``n_ssm = H``, the
+    minimal layer's choice); ``n_ssm`` shares A (and the random B) over the channels as the LRA configs'
+    and seq_icl's ``n_ssm: 1`` (Δ stays per channel, as there).
   - B is fixed to ones by default (the minimal ``s4d.py``); the full kernel trains B (initialised to
-    ones), which ``trainable_B=True`` reproduces (parameter ``ssm_B``).
+    ones), which ``trainable_B=True`` reproduces (parameter ``ssm_B``); the standalone S4D of S4's
+    repository (and seq_icl's copy) draws B at random and folds it into C, which ``B_init="random"``
+    reproduces.
   - One dropout, after the GELU (as in the minimal ``s4d.py``); the current ``FFTConv`` applies a second,
     untied dropout to y before the activation.
   - The output linear uses flax's default ``Dense`` init (LeCun normal kernel, zero bias) instead of
@@ -78,6 +81,7 @@ from attention_zoo.mixers import MixerConfig, register_mixer
 INITS = ("legs", "lin", "inv")
 DISCS = ("zoh", "bilinear")
 POSTACTS = ("glu", "linear", "none")
+B_INITS = ("ones", "random")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +101,12 @@ class S4DConfig(MixerConfig):
     out_init_std: None (flax's default init of the output linear, LeCun normal) or the standard
       deviation of a N(0, std²) kernel with a zero bias (seq_icl's models re-initialise every linear
       map N(0, 0.02)).
+    B_init: "ones" (B = 1, the minimal layer's) or "random" (the standalone S4D of S4's repository and
+      seq_icl, ``random_dplr``: B ~ CN(0, 1) per SSM copy, divided by sqrt(2 Σ_n |B_n / A_n|²) at the
+      initial A, and folded into C's initial value, C ← C · B, while B itself stays 1).
+    n_ssm: None (every channel has its own A: n_ssm = H) or the number of copies of A (and of the random
+      B) shared over the channels, channel h using copy h mod n_ssm (the original's ``repeat``); must
+      divide the width. Δ stays per channel.
   """
 
   d_state: int = 64
@@ -109,6 +119,8 @@ class S4DConfig(MixerConfig):
   tie_dropout: bool = False
   postact: str = "glu"
   out_init_std: float | None = None
+  B_init: str = "ones"
+  n_ssm: int | None = None
 
   paper_name: ClassVar[str | None] = "S4D"
   family: ClassVar[str] = "ssm"
@@ -124,6 +136,10 @@ class S4DConfig(MixerConfig):
       raise ValueError(f"s4d: need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
     if self.out_init_std is not None and not self.out_init_std > 0:
       raise ValueError(f"s4d: out_init_std must be > 0 (or None), got {self.out_init_std}")
+    if self.B_init not in B_INITS:
+      raise ValueError(f"s4d: B_init must be one of {', '.join(B_INITS)}; got {self.B_init!r}")
+    if self.n_ssm is not None and not (isinstance(self.n_ssm, int) and self.n_ssm >= 1):
+      raise ValueError(f"s4d: n_ssm must be a positive integer (or None), got {self.n_ssm!r}")
 
   def state_size(self, length: int, d_model: int) -> int:
     """d_model · d_state: a causal layer keeps N/2 complex modes per channel, i.e. N real scalars per
@@ -199,6 +215,18 @@ def _normal_init(std: float):
   return init
 
 
+def random_B(key, copies: int, A: np.ndarray, dtype=jnp.complex64) -> jax.Array:
+  """[copies, N/2] complex: B ~ CN(0, 1) (real and imaginary parts N(0, 1/2), torch's complex
+  ``randn``), each copy divided by sqrt(ζ), ζ = 2 Σ_n |B_n / A_n|² (the variance of the integrated
+  kernel with a random C: ``random_dplr``); ``A`` [N/2] is the initial diagonal."""
+  n_half = A.shape[-1]
+  real_dtype = jnp.float64 if dtype == jnp.complex128 else jnp.float32
+  re, im = jax.random.normal(key, (2, copies, n_half), real_dtype) * math.sqrt(0.5)
+  B = jax.lax.complex(re, im)
+  zeta = 2 * jnp.sum(jnp.abs(B / jnp.asarray(A, dtype)) ** 2, axis=-1, keepdims=True)
+  return B / jnp.sqrt(zeta)
+
+
 @register_mixer("s4d", S4DConfig)
 class S4D(nn.Module):
   """S4D layer: diagonal SSM convolution + D skip, GELU, dropout, output linear (+ GLU)."""
@@ -218,24 +246,39 @@ class S4D(nn.Module):
     dtype = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
     cdtype = jnp.complex128 if dtype == jnp.float64 else jnp.complex64
     channels = 2 if (c.bidirectional and not c.causal) else 1
+    copies = h if c.n_ssm is None else c.n_ssm
+    if h % copies:
+      raise ValueError(f"s4d: n_ssm={c.n_ssm} must divide the width {h}")
+    A_im_init = init_A_imag(c.init, c.d_state)
 
     log_dt = self.param(
         "ssm_log_dt",
         lambda key, shape: jax.random.uniform(key, shape, jnp.float32, math.log(c.dt_min), math.log(c.dt_max)),
         (h,))
     log_A_re = self.param("ssm_log_A_re", lambda key, shape: jnp.full(shape, math.log(0.5), jnp.float32),
-                          (h, n_half))
+                          (copies, n_half))
     A_im = self.param(
         "ssm_A_im",
-        lambda key, shape: jnp.broadcast_to(jnp.asarray(init_A_imag(c.init, c.d_state), jnp.float32), shape),
-        (h, n_half))
+        lambda key, shape: jnp.broadcast_to(jnp.asarray(A_im_init, jnp.float32), shape),
+        (copies, n_half))
+    log_A_re, A_im = (jnp.tile(p, (h // copies, 1)) for p in (log_A_re, A_im))  # channel h: copy h % n_ssm
     if c.trainable_B:
       B_ri = self.param("ssm_B", lambda key, shape: jnp.stack([jnp.ones(shape[:-1]), jnp.zeros(shape[:-1])], -1)
                         .astype(jnp.float32), (h, n_half, 2))
       B = jax.lax.complex(B_ri[..., 0].astype(dtype), B_ri[..., 1].astype(dtype))
     else:
       B = jnp.ones((h, n_half), cdtype)
-    C_ri = self.param("C", _normal_init(math.sqrt(0.5)), (channels, h, n_half, 2))
+
+    def C_init(key, shape):
+      if c.B_init == "ones":
+        return _normal_init(math.sqrt(0.5))(key, shape)
+      key_c, key_b = jax.random.split(key)
+      C = _normal_init(math.sqrt(0.5))(key_c, shape)
+      B0 = jnp.tile(random_B(key_b, copies, -0.5 + 1j * A_im_init), (h // copies, 1))  # [H, N/2]
+      folded = jax.lax.complex(C[..., 0], C[..., 1]) * B0
+      return jnp.stack([folded.real, folded.imag], -1)
+
+    C_ri = self.param("C", C_init, (channels, h, n_half, 2))
     D = self.param("D", _normal_init(1.0), (h,))
 
     dt = jnp.exp(log_dt.astype(dtype))

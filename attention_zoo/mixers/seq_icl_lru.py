@@ -42,8 +42,9 @@ Differences from the original:
   are zeroed (the original has no padding: its synthetic sequences all have the same length). The layer
   is causal as it stands (a forward scan); ``causal`` changes nothing.
 - ``_init_weights`` also rescales every ``out_proj.weight`` to N(0, 0.02 / sqrt(2 · n_layers)) (GPT-2's
-  residual scaling), the LRU layer's included; this mixer does not know the model's depth and keeps
-  N(0, 0.02), as the harness's recall protocols do for the attention's output projection.
+  residual scaling), the LRU layer's included; this mixer does not know the model's depth: its
+  ``out_init_std`` (default 0.02) is that standard deviation, which the ``seq_icl`` protocol sets to
+  0.02 / sqrt(2 · 2) = 0.01.
 - The initial u1, u2 come from the ``params`` key, not from numpy's unseeded global generator.
 - The original's Triton scan needs H to be a multiple of its block (32) and runs only on a GPU; this one
   takes any H.
@@ -76,11 +77,14 @@ class SeqIclLRUConfig(MixerConfig):
   Attributes:
     r_min, r_max: the ring |λ| ∈ [r_min, r_max] of the initial eigenvalues (|λ|² uniform).
     max_phase: the initial phases arg λ are uniform on [0, max_phase].
+    out_init_std: the standard deviation of out_proj's N(0, std²) kernel (GPT-2's rescaled residual
+      output is 0.02 / sqrt(2 · n_layers)).
   """
 
   r_min: float = 0.9
   r_max: float = 0.999
   max_phase: float = 2 * math.pi
+  out_init_std: float = INITIALIZER_RANGE
 
   paper_name: ClassVar[str | None] = "LRU (seq_icl's gated layer)"
   family: ClassVar[str] = "ssm"
@@ -90,6 +94,8 @@ class SeqIclLRUConfig(MixerConfig):
       raise ValueError(f"seq_icl_lru: need 0 <= r_min <= r_max <= 1, got {self.r_min}, {self.r_max}")
     if not self.max_phase > 0.0:
       raise ValueError(f"seq_icl_lru: max_phase must be > 0, got {self.max_phase}")
+    if not self.out_init_std > 0.0:
+      raise ValueError(f"seq_icl_lru: out_init_std must be > 0, got {self.out_init_std}")
 
   def state_size(self, length: int, d_model: int) -> int:
     """2·d_model: one complex state (real and imaginary parts) per feature, whatever the length."""
@@ -97,8 +103,8 @@ class SeqIclLRUConfig(MixerConfig):
     return 2 * d_model
 
 
-def _dense(features: int, name: str, dtype) -> nn.Dense:
-  return nn.Dense(features, dtype=dtype, name=name, kernel_init=nn.initializers.normal(INITIALIZER_RANGE),
+def _dense(features: int, name: str, dtype, std: float = INITIALIZER_RANGE) -> nn.Dense:
+  return nn.Dense(features, dtype=dtype, name=name, kernel_init=nn.initializers.normal(std),
                   bias_init=nn.initializers.zeros)
 
 
@@ -130,5 +136,5 @@ class SeqIclLRU(nn.Module):
     y = jnp.concatenate([states.real, states.imag], axis=-1) * jax.nn.silu(o)
     y = nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
     y = nn.LayerNorm(epsilon=1e-5, dtype=real, name="layer_norm")(y)
-    y = _dense(h, "out_proj", real)(y)
+    y = _dense(h, "out_proj", real, cfg.out_init_std)(y)
     return jnp.where(keep, y, 0).astype(x.dtype)

@@ -207,6 +207,7 @@ NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
     ("model.attention_dropout_rate", FLOAT, 0.0, 1.0, "in [0, 1)"),
     ("model.embed_dropout_rate", FLOAT, 0.0, 1.0, "in [0, 1)"),      # optional (next-token models)
     ("model.embed_init_std", FLOAT, 0.0, None, "> 0"),               # optional (next-token models)
+    ("model.dense_init_std", FLOAT, 0.0, None, "> 0"),               # optional (GPT-2 initialisation)
     ("data.max_length", INT, 1, None, ">= 1"),
     ("data.shuffle_buffer", INT, 1, None, ">= 1"),
     ("optimizer.learning_rate", FLOAT, 0.0, None, "> 0"),
@@ -221,12 +222,14 @@ NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
     ("optimizer.ssm_weight_decay", FLOAT, 0.0, None, ">= 0"),        # optional (SSM recipes)
 )
 # Bounds that are not allowed themselves: learning_rate > 0, eps > 0, rates and betas < 1.
-_OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps", "model.embed_init_std", "optimizer.ssm_learning_rate"}
+_OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps", "model.embed_init_std", "model.dense_init_std",
+             "optimizer.ssm_learning_rate"}
 _OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "model.embed_dropout_rate", "optimizer.b1",
               "optimizer.b2"}
 # Optional switches of the model (next-token models, the sequence-mixer recipes; absent from the LRA
 # protocols' configs).
-BOOL_KEYS = ("model.mlp", "model.tie_embeddings", "model.dropout_broadcast_time", "model.share_attention_core")
+BOOL_KEYS = ("model.mlp", "model.tie_embeddings", "model.dropout_broadcast_time", "model.share_attention_core",
+             "model.residual_init_rescale")
 # The input pipelines (``data.pipeline``, default "tf"): tf.data, or in-memory numpy arrays without
 # TensorFlow (``tasks.base.ArrayBatches``; the tasks whose data are generated locally).
 PIPELINES = ("tf", "numpy")
@@ -237,7 +240,8 @@ OPTIONAL_KEYS: dict[str, type] = {
     "model.mlp": bool, "model.tie_embeddings": bool, "model.embed_init_std": float,
     "model.embed_dropout_rate": float, "model.norm": str, "model.norm_position": str,
     "model.mlp_activation": str, "model.head": str, "model.dropout_broadcast_time": bool,
-    "model.share_attention_core": bool, "data.pipeline": str,
+    "model.share_attention_core": bool, "model.dense_init_std": float, "model.residual_init_rescale": bool,
+    "data.pipeline": str,
     "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float,
 }
 # Sections a protocol's config leaves out, with the type of each key: a ``--set`` of one of their keys

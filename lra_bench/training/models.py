@@ -14,6 +14,7 @@ Axis legend: ``B`` batch, ``T`` tokens, ``E`` embedding, ``H`` heads, ``D`` head
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import flax.linen as nn
@@ -58,8 +59,25 @@ def _check_output(out: Any, like: jax.Array, who: str, contract: str, dtype_text
                         f"`lra-bench check {name}` runs the conformance checks")
 
 
+def dense_inits(config) -> tuple[Any, Any]:
+  """(kernel init of a block's input-side Dense layers, kernel init of its residual-side output layers).
+
+  ``model.dense_init_std`` (optional): N(0, std²) for the attention's Q/K/V and the MLP's first layer,
+  and N(0, (std / sqrt(2 · num_layers))²) for the attention's output and the MLP's second layer when
+  ``model.residual_init_rescale`` is on (GPT-2's scheme, as Zoology's and seq_icl's ``_init_weights``;
+  std otherwise). Absent: ``(None, None)``, each layer keeps its own default (xavier-uniform for the
+  attention, LeCun normal for the MLP).
+  """
+  std = config.get("dense_init_std")
+  if std is None:
+    return None, None
+  out_std = std / math.sqrt(2 * config.num_layers) if config.get("residual_init_rescale", False) else std
+  return nn.initializers.normal(std), nn.initializers.normal(out_std)
+
+
 class MultiHeadAttention(nn.Module):
-  """Q/K/V/out projections (no bias, xavier-uniform) around a registered attention core."""
+  """Q/K/V/out projections (no bias, xavier-uniform unless ``kernel_init``/``out_kernel_init`` are
+  given: ``dense_inits``) around a registered attention core."""
 
   num_heads: int
   qkv_dim: int
@@ -68,6 +86,8 @@ class MultiHeadAttention(nn.Module):
   dropout_rate: float
   dtype: Any = jnp.float32
   shared_core: nn.Module | None = None  # a core owned by the encoder, the same in every layer
+  kernel_init: Any = None      # Q/K/V kernels; None: xavier-uniform
+  out_kernel_init: Any = None  # the output kernel; None: xavier-uniform
 
   @nn.compact
   def __call__(self, x, mask, deterministic: bool):
@@ -76,7 +96,8 @@ class MultiHeadAttention(nn.Module):
       raise ValueError(f"qkv_dim {self.qkv_dim} is not divisible by num_heads {self.num_heads}")
     head_dim = self.qkv_dim // self.num_heads
     dense = lambda name: nn.DenseGeneral((self.num_heads, head_dim), use_bias=False, name=name,
-                                         kernel_init=nn.initializers.xavier_uniform(), dtype=self.dtype)
+                                         kernel_init=self.kernel_init or nn.initializers.xavier_uniform(),
+                                         dtype=self.dtype)
     q, k, v = dense("query")(x), dense("key")(x), dense("value")(x)        # [B, T, H, D]
     core = self.shared_core
     if core is None:
@@ -85,7 +106,8 @@ class MultiHeadAttention(nn.Module):
     out = core(q, k, v, mask=mask, deterministic=deterministic)
     check_core_output(self.attention, out, v)
     return nn.DenseGeneral(x.shape[-1], axis=(-2, -1), use_bias=False, name="out",
-                           kernel_init=nn.initializers.xavier_uniform(), dtype=self.dtype)(out)
+                           kernel_init=self.out_kernel_init or nn.initializers.xavier_uniform(),
+                           dtype=self.dtype)(out)
 
 
 NORMS = ("layer", "batch", "scale")
@@ -162,6 +184,7 @@ class EncoderBlock(nn.Module):
   @nn.compact
   def __call__(self, x, mask, deterministic: bool):
     c = self.config
+    in_init, out_init = dense_inits(c)
     if attention_zoo.is_mixer(c.attention):
       kwargs = {"dropout_rate": c.dropout_rate, **dict(c.attention_kwargs)}
       mixer = attention_zoo.create_mixer(c.attention, **kwargs).clone(parent=self, name="mixer")
@@ -177,16 +200,17 @@ class EncoderBlock(nn.Module):
       x = self._sublayer(x, mask, deterministic, mix, gated)
     else:
       attention = MultiHeadAttention(c.num_heads, c.qkv_dim, c.attention, c.attention_kwargs,
-                                     c.attention_dropout_rate, self.dtype, shared_core=self.shared_core)
+                                     c.attention_dropout_rate, self.dtype, shared_core=self.shared_core,
+                                     kernel_init=in_init, out_kernel_init=out_init)
       x = self._sublayer(x, mask, deterministic, lambda y, _: attention(y, mask, deterministic))
     if not c.get("mlp", True):  # sequence-layer-only blocks (Zoology's recall models, the SSM recipes)
       return x
     activation = MLP_ACTIVATIONS[c.get("mlp_activation", "gelu")]
 
     def mlp(y, _):
-      y = nn.Dense(c.mlp_dim, dtype=self.dtype)(y)
+      y = nn.Dense(c.mlp_dim, dtype=self.dtype, **({} if in_init is None else {"kernel_init": in_init}))(y)
       y = _dropout(c, c.dropout_rate)(activation(y), deterministic=deterministic)
-      return nn.Dense(x.shape[-1], dtype=self.dtype)(y)
+      return nn.Dense(x.shape[-1], dtype=self.dtype, **({} if out_init is None else {"kernel_init": out_init}))(y)
 
     return self._sublayer(x, mask, deterministic, mlp)
 
