@@ -26,7 +26,10 @@ Differences from the original (documented, on purpose):
   is not implemented here: runs go to the end, which can only help them).
 - The cosine schedule is per step (Zoology stepped it per epoch).
 - The output projections are not re-initialised (GPT-2's 0.02/sqrt(2 n_layers)); ours are the LRA
-  encoder's (xavier-uniform attention projections).
+  encoder's (xavier-uniform attention projections). ``--set model.dense_init_std=0.02 --set
+  model.residual_init_rescale=true`` gives GPT-2's scheme (the ``seq_icl`` protocol uses it: there it
+  decides whether S4D learns the induction head); it is not on here yet, so the committed ``recall_cpu``
+  cells stay comparable, and Zoology's own ``_init_weights`` has not been re-read for it.
 - Non-attention mixers: the figure's gated convolutions had 4 layers (commit 66f4918), later 2; this
   harness's attention rows use 2 as every version of the configs.
 
