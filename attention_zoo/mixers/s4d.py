@@ -249,7 +249,6 @@ class S4D(nn.Module):
     copies = h if c.n_ssm is None else c.n_ssm
     if h % copies:
       raise ValueError(f"s4d: n_ssm={c.n_ssm} must divide the width {h}")
-    A_im_init = init_A_imag(c.init, c.d_state)
 
     log_dt = self.param(
         "ssm_log_dt",
@@ -259,7 +258,7 @@ class S4D(nn.Module):
                           (copies, n_half))
     A_im = self.param(
         "ssm_A_im",
-        lambda key, shape: jnp.broadcast_to(jnp.asarray(A_im_init, jnp.float32), shape),
+        lambda key, shape: jnp.broadcast_to(jnp.asarray(init_A_imag(c.init, c.d_state), jnp.float32), shape),
         (copies, n_half))
     log_A_re, A_im = (jnp.tile(p, (h // copies, 1)) for p in (log_A_re, A_im))  # channel h: copy h % n_ssm
     if c.trainable_B:
@@ -274,7 +273,8 @@ class S4D(nn.Module):
         return _normal_init(math.sqrt(0.5))(key, shape)
       key_c, key_b = jax.random.split(key)
       C = _normal_init(math.sqrt(0.5))(key_c, shape)
-      B0 = jnp.tile(random_B(key_b, copies, -0.5 + 1j * A_im_init), (h // copies, 1))  # [H, N/2]
+      A0 = -0.5 + 1j * init_A_imag(c.init, c.d_state)  # the initial diagonal (log_A_re = log 0.5)
+      B0 = jnp.tile(random_B(key_b, copies, A0), (h // copies, 1))  # [H, N/2]
       folded = jax.lax.complex(C[..., 0], C[..., 1]) * B0
       return jnp.stack([folded.real, folded.imag], -1)
 

@@ -208,9 +208,9 @@ class EncoderBlock(nn.Module):
     activation = MLP_ACTIVATIONS[c.get("mlp_activation", "gelu")]
 
     def mlp(y, _):
-      y = nn.Dense(c.mlp_dim, dtype=self.dtype, **({} if in_init is None else {"kernel_init": in_init}))(y)
+      y = nn.Dense(c.mlp_dim, dtype=self.dtype, kernel_init=in_init or nn.linear.default_kernel_init)(y)
       y = _dropout(c, c.dropout_rate)(activation(y), deterministic=deterministic)
-      return nn.Dense(x.shape[-1], dtype=self.dtype, **({} if out_init is None else {"kernel_init": out_init}))(y)
+      return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=out_init or nn.linear.default_kernel_init)(y)
 
     return self._sublayer(x, mask, deterministic, mlp)
 
