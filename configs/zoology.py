@@ -25,11 +25,11 @@ Differences from the original (documented, on purpose):
   validated on its test set and reported the last epoch's accuracy (its early stop at > 0.99 accuracy
   is not implemented here: runs go to the end, which can only help them).
 - The cosine schedule is per step (Zoology stepped it per epoch).
-- The output projections are not re-initialised (GPT-2's 0.02/sqrt(2 n_layers)); ours are the LRA
-  encoder's (xavier-uniform attention projections). ``--set model.dense_init_std=0.02 --set
-  model.residual_init_rescale=true`` gives GPT-2's scheme (the ``seq_icl`` protocol uses it: there it
-  decides whether S4D learns the induction head); it is not on here yet, so the committed ``recall_cpu``
-  cells stay comparable, and Zoology's own ``_init_weights`` has not been re-read for it.
+- Initialisation as Zoology's ``_init_weights`` (``zoology/model.py``, the same at 66f4918 and at HEAD):
+  every ``nn.Linear`` N(0, 0.02) with zero bias, ``out_proj`` (and ``fc2``) N(0, 0.02 / sqrt(2 n_layers))
+  (``model.dense_init_std``, ``model.residual_init_rescale``), and the MHA's ``Wqkv`` and ``out_proj``
+  carry biases (``model.attention_bias``). The CPU-sized ``recall_cpu`` protocol keeps the LRA encoder's
+  initialisation (xavier-uniform, no biases) so that its committed cells stay comparable.
 - Non-attention mixers: the figure's gated convolutions had 4 layers (commit 66f4918), later 2; this
   harness's attention rows use 2 as every version of the configs.
 
@@ -122,6 +122,9 @@ def mqar(c: ml_collections.ConfigDict) -> None:
   mqar_data(c, length, kv, TRAIN, TEST)
   c.batch_size = batch
   recall_model(c, width=WIDTHS[0], layers=2, heads=1, mlp=False)
+  c.model.dense_init_std = 0.02          # _init_weights: every nn.Linear N(0, initializer_range), bias 0
+  c.model.residual_init_rescale = True   # ... out_proj N(0, initializer_range / sqrt(2 n_layers))
+  c.model.attention_bias = True          # MHA: Wqkv and out_proj are nn.Linear with bias
   adamw(c, LEARNING_RATES[2], 0.1)
   c.optimizer.schedule = "constant * cosine_decay"
   c.optimizer.warmup_steps = 0

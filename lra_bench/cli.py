@@ -587,9 +587,19 @@ def _prepare(args: argparse.Namespace) -> str:
       preset = config.load_config(args.protocol, args.task, sets).data.prepare.to_dict()
       if preset not in presets:
         presets.append(preset)
-  paths = []
+  merged = []  # the flags replace a value in every preset; presets they make equal are prepared once
   for options in presets:
-    options.update({name: getattr(args, name) for name in given})
+    options = {**options, **{name: getattr(args, name) for name in given}}
+    if options not in merged:
+      merged.append(options)
+  if "name" in given and len(merged) > 1:  # one file name for several data settings: refuse, write nothing
+    varying = sorted(k for k in set().union(*merged) if len({repr(o.get(k)) for o in merged}) > 1)
+    pins = " ".join(f"--{k} {merged[0].get(k)}" for k in varying)
+    raise UsageError(f"data prepare {args.task} --protocol {args.protocol}: --name {args.name} would name "
+                     f"{len(merged)} different data settings of the protocol's sweep (they differ in "
+                     f"{', '.join(varying)}); pick one with its values (e.g. {pins}) or leave --name out")
+  paths = []
+  for options in merged:
     config.validate_prepare(options)  # the merged options: each flag passed alone, not all together
     if "name" in options:
       tasks.base.check_name(args.task, options["name"])  # before anything is logged or written

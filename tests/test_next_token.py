@@ -133,6 +133,33 @@ def test_gpt2_dense_initialisation(rescale):
   assert not np.any(block["Dense_1"]["bias"])
 
 
+def test_attention_bias_is_zero_initialised_and_applied():
+  # model.attention_bias: the PyTorch MHA of seq_icl / Zoology (nn.Linear with bias, zeroed by _init_weights).
+  _, params = _init(_model_config(attention_bias=True), _batch())
+  attention = params["params"]["encoder"]["block_0"]["MultiHeadAttention_0"]
+  assert {name: attention[name]["bias"].shape for name in ("query", "key", "value", "out")} == {
+      "query": (2, 8), "key": (2, 8), "value": (2, 8), "out": (16,)}
+  assert not any(np.any(attention[name]["bias"]) for name in ("query", "key", "value", "out"))
+  _, without = _init(_model_config(), _batch())
+  assert "bias" not in without["params"]["encoder"]["block_0"]["MultiHeadAttention_0"]["query"]
+  # A value bias b_v and an output bias b_o add b_v · W_out + b_o to every position (the attention
+  # weights of each row sum to 1); a query bias changes the weights.
+  mha = models.MultiHeadAttention(2, 16, "vanilla", {"causal": True}, 0.0, use_bias=True)
+  x = jnp.asarray(np.random.default_rng(1).normal(size=(2, 7, 16)), jnp.float32)
+  mask = jnp.ones((2, 7), bool)
+  p = mha.init(jax.random.PRNGKey(0), x, mask, True)
+  base = np.asarray(mha.apply(p, x, mask, True), np.float64)
+  rng = np.random.default_rng(2)
+  b_v, b_o = rng.normal(size=(2, 8)), rng.normal(size=16)
+  biased = jax.tree_util.tree_map(lambda a: a, p)
+  biased["params"]["value"]["bias"] = jnp.asarray(b_v, jnp.float32)
+  biased["params"]["out"]["bias"] = jnp.asarray(b_o, jnp.float32)
+  shift = np.einsum("hd,hde->e", b_v, np.asarray(p["params"]["out"]["kernel"], np.float64)) + b_o
+  np.testing.assert_allclose(np.asarray(mha.apply(biased, x, mask, True)), base + shift, atol=1e-5)
+  biased["params"]["query"]["bias"] = jnp.asarray(rng.normal(size=(2, 8)), jnp.float32)
+  assert not np.allclose(np.asarray(mha.apply(biased, x, mask, True)), base + shift, atol=1e-3)
+
+
 def test_without_dense_init_std_the_layers_keep_their_defaults():
   _, params = _init(_model_config(emb_dim=256, qkv_dim=256, mlp_dim=1024), _batch())
   block = params["params"]["encoder"]["block_0"]

@@ -47,3 +47,35 @@ def test_bad_recall_flags_are_one_line(tmp_path, capsys, argv, message):
   assert exit_.value.code == 2
   err = capsys.readouterr().err.strip()
   assert len(err.splitlines()) == 1 and message in err
+
+
+def test_one_name_for_several_settings_of_a_sweep_is_refused_before_anything_is_written(tmp_path, capsys):
+  data = tmp_path / "data"
+  assert _prepare("mqar", "--protocol", "zoology", f"--data_dir={data}", "--name", "mine", "--num_train", "40",
+                  "--num_val", "8", "--num_test", "8") != 0
+  err = capsys.readouterr().err
+  assert "--name mine would name 3 different data settings" in err and "num_kv_pairs, seq_len" in err
+  assert not data.exists()
+
+
+def test_the_no_data_fix_of_a_swept_protocol_prepares_exactly_the_runs_data(tmp_path):
+  # zoology's `data prepare --protocol` makes every length of its sweep: the fix must pin the run's own
+  # (seq_len and kv pairs spelled out even where they equal the first point's), or one name is given to all.
+  import shlex
+
+  import tasks
+  from lra_bench.experiments import cell
+  from lra_bench.training import config as config_lib
+
+  data = tmp_path / "data"
+  sets = ["data.prepare.num_train=40", "data.prepare.num_val=8", "data.prepare.num_test=8",
+          "data.options.name=mine", "data.prepare.name=mine"]
+  config = config_lib.load_config("zoology", "mqar", sets, attention="vanilla")
+  message = cell.missing_data(tasks.base.MissingDataError("no mqar data"), config, str(data))
+  command = shlex.split(message.splitlines()[-1])
+  assert "--seq_len" in command and "--num_kv_pairs" in command
+  assert cli.main(cli.parse(command)) == 0
+  assert sorted(os.listdir(data / "recall")) == ["mqar-mine.json", "mqar-mine_test.npz", "mqar-mine_train.npz",
+                                                 "mqar-mine_val.npz"]
+  options = json.loads((data / "recall" / "mqar-mine.json").read_text())["options"]
+  assert (options["seq_len"], options["num_kv_pairs"], options["num_train"]) == (64, 4, 40)

@@ -143,6 +143,16 @@ def test_seq_icl_is_the_config_that_made_its_table():
   assert "ssm_learning_rate" not in ih.optimizer
 
 
+def test_zoology_initialises_as_its_init_weights_and_recall_cpu_keeps_the_encoders():
+  """Zoology's _init_weights (zoology/model.py): nn.Linear N(0, 0.02), out_proj N(0, 0.02 / sqrt(2 n_layers)),
+  its MHA's Wqkv and out_proj with (zeroed) biases; the CPU-sized protocol keeps its committed cells' init."""
+  zoology = config_lib.load_config("zoology", "mqar", [], attention="vanilla")
+  assert (zoology.model.dense_init_std, zoology.model.residual_init_rescale, zoology.model.attention_bias,
+          zoology.model.embed_init_std) == (0.02, True, True, 0.02)
+  cpu = config_lib.load_config("recall_cpu", "mqar", [], attention="vanilla")
+  assert not any(key in cpu.model for key in ("dense_init_std", "residual_init_rescale", "attention_bias"))
+
+
 def test_cores_without_a_causal_form_are_listed():
   no_causal = recall.no_causal_forms()
   assert "linformer" in no_causal and "vanilla" not in no_causal and "local" not in no_causal

@@ -166,13 +166,20 @@ def prepare_options(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 def prepare_flags(config: ml_collections.ConfigDict) -> list[str]:
-  """``--key value`` for each ``prepare_options`` value that the protocol's preset does not give."""
+  """``--key value`` for each ``prepare_options`` value that the protocol's preset does not give, and
+  for each that differs between the points of the protocol's sweep (``data prepare --protocol`` makes
+  every point's data; these flags pin the run's own)."""
+  from lra_bench.experiments import suite
+
   try:
     preset = prepare_options(config_lib.load_config(config.protocol, config.task))
+    points = [prepare_options(config_lib.load_config(config.protocol, config.task, sets))
+              for sets, _ in suite.sweep_variants(config.protocol, config.task, {}, ())]
   except config_lib.ConfigError:  # a protocol made in Python: spell every option out
-    preset = {}
+    preset, points = {}, []
+  varying = {k for point in points for k in point if any(other.get(k) != point[k] for other in points)}
   return [f"--{k} {shlex.quote(str(v))}" for k, v in sorted(prepare_options(config).items())
-          if preset.get(k, object()) != v]
+          if k in varying or preset.get(k, object()) != v]
 
 
 def missing_data(err: tasks_lib.MissingDataError, config: ml_collections.ConfigDict, data_dir: str) -> str:

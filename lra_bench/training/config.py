@@ -229,7 +229,7 @@ _OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "model.embed
 # Optional switches of the model (next-token models, the sequence-mixer recipes; absent from the LRA
 # protocols' configs).
 BOOL_KEYS = ("model.mlp", "model.tie_embeddings", "model.dropout_broadcast_time", "model.share_attention_core",
-             "model.residual_init_rescale")
+             "model.residual_init_rescale", "model.attention_bias")
 # The input pipelines (``data.pipeline``, default "tf"): tf.data, or in-memory numpy arrays without
 # TensorFlow (``tasks.base.ArrayBatches``; the tasks whose data are generated locally).
 PIPELINES = ("tf", "numpy")
@@ -241,6 +241,7 @@ OPTIONAL_KEYS: dict[str, type] = {
     "model.embed_dropout_rate": float, "model.norm": str, "model.norm_position": str,
     "model.mlp_activation": str, "model.head": str, "model.dropout_broadcast_time": bool,
     "model.share_attention_core": bool, "model.dense_init_std": float, "model.residual_init_rescale": bool,
+    "model.attention_bias": bool,
     "data.pipeline": str,
     "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float,
 }

@@ -76,8 +76,10 @@ def dense_inits(config) -> tuple[Any, Any]:
 
 
 class MultiHeadAttention(nn.Module):
-  """Q/K/V/out projections (no bias, xavier-uniform unless ``kernel_init``/``out_kernel_init`` are
-  given: ``dense_inits``) around a registered attention core."""
+  """Q/K/V/out projections (xavier-uniform unless ``kernel_init``/``out_kernel_init`` are given:
+  ``dense_inits``) around a registered attention core. No biases, as LRA's; ``use_bias``
+  (``model.attention_bias``) adds zero-initialised ones to all four projections, as the PyTorch MHA of
+  Zoology and seq_icl (``nn.Linear(..., bias=True)`` whose ``_init_weights`` zeroes the biases)."""
 
   num_heads: int
   qkv_dim: int
@@ -88,6 +90,7 @@ class MultiHeadAttention(nn.Module):
   shared_core: nn.Module | None = None  # a core owned by the encoder, the same in every layer
   kernel_init: Any = None      # Q/K/V kernels; None: xavier-uniform
   out_kernel_init: Any = None  # the output kernel; None: xavier-uniform
+  use_bias: bool = False       # zero-initialised biases on Q/K/V/out
 
   @nn.compact
   def __call__(self, x, mask, deterministic: bool):
@@ -95,7 +98,7 @@ class MultiHeadAttention(nn.Module):
     if self.qkv_dim % self.num_heads:
       raise ValueError(f"qkv_dim {self.qkv_dim} is not divisible by num_heads {self.num_heads}")
     head_dim = self.qkv_dim // self.num_heads
-    dense = lambda name: nn.DenseGeneral((self.num_heads, head_dim), use_bias=False, name=name,
+    dense = lambda name: nn.DenseGeneral((self.num_heads, head_dim), use_bias=self.use_bias, name=name,
                                          kernel_init=self.kernel_init or nn.initializers.xavier_uniform(),
                                          dtype=self.dtype)
     q, k, v = dense("query")(x), dense("key")(x), dense("value")(x)        # [B, T, H, D]
@@ -105,7 +108,7 @@ class MultiHeadAttention(nn.Module):
                                             **dict(self.attention_kwargs)).clone(parent=self, name="core")
     out = core(q, k, v, mask=mask, deterministic=deterministic)
     check_core_output(self.attention, out, v)
-    return nn.DenseGeneral(x.shape[-1], axis=(-2, -1), use_bias=False, name="out",
+    return nn.DenseGeneral(x.shape[-1], axis=(-2, -1), use_bias=self.use_bias, name="out",
                            kernel_init=self.out_kernel_init or nn.initializers.xavier_uniform(),
                            dtype=self.dtype)(out)
 
@@ -201,7 +204,8 @@ class EncoderBlock(nn.Module):
     else:
       attention = MultiHeadAttention(c.num_heads, c.qkv_dim, c.attention, c.attention_kwargs,
                                      c.attention_dropout_rate, self.dtype, shared_core=self.shared_core,
-                                     kernel_init=in_init, out_kernel_init=out_init)
+                                     kernel_init=in_init, out_kernel_init=out_init,
+                                     use_bias=c.get("attention_bias", False))
       x = self._sublayer(x, mask, deterministic, lambda y, _: attention(y, mask, deterministic))
     if not c.get("mlp", True):  # sequence-layer-only blocks (Zoology's recall models, the SSM recipes)
       return x

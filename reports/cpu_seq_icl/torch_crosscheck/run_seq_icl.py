@@ -1,10 +1,10 @@
-"""Train berlino/seq_icl's own S4D or LRU language model (its code at commit ec42595) on its own
+"""Train berlino/seq_icl's own S4D, LRU or Transformer language model (its code at commit ec42595) on its own
 induction-head or associative-recall data, as its configs say, in PyTorch on a CPU: a cross-check of the
 `seq_icl` protocol, not part of lra-bench (README.md beside this file).
 
 The files of the original that run here, unchanged, are loaded from a checkout of the repository:
 ``src/models/sequence/ssm/s4d.py`` (the standalone S4D), ``src/models/sequence/rnn/lru.py`` (its gated
-"LRU" layer), ``src/models/sequence/simple_lm.py`` (the LM, its blocks and ``_init_weights``) and
+"LRU" layer), ``src/models/sequence/simple_lm.py`` (the LM, its blocks, its MHA and ``_init_weights``) and
 ``src/dataloaders/synthetics.py`` (the data). The LRU's Triton scan runs only on a GPU; here
 ``complex_scan`` is the same recurrence, h_t = f_t h_{t-1} + x_t over complex numbers, as a loop that
 autograd differentiates. What the original
@@ -124,7 +124,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--repo", required=True, help="a checkout of berlino/seq_icl at commit ec42595")
   parser.add_argument("--task", default="induction_head", choices=["induction_head", "assoc_recall"])
-  parser.add_argument("--layer", default="s4d", choices=["s4d", "lru"])
+  parser.add_argument("--layer", default="s4d", choices=["s4d", "lru", "transformer"])
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--epochs", type=int, default=400)
   args = parser.parse_args()
@@ -144,10 +144,14 @@ def main() -> None:
   data.setup()
   train_x, train_y = data.dataset["train"].tensors
   test_x, test_y = data.dataset["test"].tensors
+  if args.layer == "transformer":   # configs/experiment/synthetics/*/transformer.yaml
+    mixer = dict(attn_layer_idx=[0, 1], attn_cfg={"num_heads": 1, "dropout": 0.1},
+                 max_position_embeddings=length + 2)   # dataset.__l_max = input_seq_len + 2
+  else:                             # configs/model/layer/{s4d,lru}.yaml
+    mixer = dict(layer={"_name_": "s4d", "d_state": 64, "lr": 5e-4, "transposed": False, "return_state": False}
+                 if args.layer == "s4d" else {"_name_": "lru"})
   model = simple_lm.SimpleLMHeadModel(
-      d_model=32, n_layer=2, d_inner=128, vocab_size=20, resid_dropout=0.0, embed_dropout=0.1,
-      layer=({"_name_": "s4d", "d_state": 64, "lr": 5e-4, "transposed": False, "return_state": False}
-             if args.layer == "s4d" else {"_name_": "lru"}))    # configs/model/layer/{s4d,lru}.yaml
+      d_model=32, n_layer=2, d_inner=128, vocab_size=20, resid_dropout=0.0, embed_dropout=0.1, **mixer)
   params = list(model.parameters())
   optimizer = torch.optim.AdamW([p for p in params if not hasattr(p, "_optim")], lr=5e-4, weight_decay=0.1)
   optimizer.add_param_group({"params": [p for p in params if hasattr(p, "_optim")], "lr": 5e-4,
