@@ -124,12 +124,6 @@ def gamma_log_init(nu_log, theta_log):
   return jnp.log(jnp.sqrt(1.0 - jnp.abs(eigenvalues(nu_log, theta_log)) ** 2))
 
 
-def normal_init(std):
-  def init(key, shape, dtype=jnp.float32):
-    return jax.random.normal(key, shape, dtype) * jnp.asarray(std, dtype)
-  return init
-
-
 def eigenvalues(nu_log, theta_log):
   """λ = exp(−exp(ν_log) + i·exp(θ_log)) [N] (complex)."""
   return jnp.exp(-jnp.exp(nu_log) + 1j * jnp.exp(theta_log))
@@ -170,11 +164,11 @@ class LRU(nn.Module):
     nu_log = self.param("ssm_nu_log", nu_log_init, (n,), cfg.r_min, cfg.r_max)
     theta_log = self.param("ssm_theta_log", theta_log_init, (n,), cfg.max_phase)
     gamma_log = self.param("ssm_gamma_log", lambda _key: gamma_log_init(nu_log, theta_log))
-    b_re = self.param("ssm_B_re", normal_init((2 * h) ** -0.5), (n, h))
-    b_im = self.param("ssm_B_im", normal_init((2 * h) ** -0.5), (n, h))
-    c_re = self.param("C_re", normal_init(n ** -0.5), (h, n))
-    c_im = self.param("C_im", normal_init(n ** -0.5), (h, n))
-    d = self.param("D", normal_init(1.0), (h,))
+    b_re = self.param("ssm_B_re", nn.initializers.normal((2 * h) ** -0.5), (n, h))
+    b_im = self.param("ssm_B_im", nn.initializers.normal((2 * h) ** -0.5), (n, h))
+    c_re = self.param("C_re", nn.initializers.normal(n ** -0.5), (h, n))
+    c_im = self.param("C_im", nn.initializers.normal(n ** -0.5), (h, n))
+    d = self.param("D", nn.initializers.normal(1.0), (h,))
 
     lam = eigenvalues(nu_log.astype(real), theta_log.astype(real))
     gamma = jnp.exp(gamma_log.astype(real))[:, None]
@@ -187,8 +181,8 @@ class LRU(nn.Module):
 
     y = read(linear_recurrence(lam, bu), c_re, c_im) + d.astype(real) * u
     if cfg.bidirectional and not cfg.causal:
-      cb_re = self.param("C_b_re", normal_init(n ** -0.5), (h, n))
-      cb_im = self.param("C_b_im", normal_init(n ** -0.5), (h, n))
+      cb_re = self.param("C_b_re", nn.initializers.normal(n ** -0.5), (h, n))
+      cb_im = self.param("C_b_im", nn.initializers.normal(n ** -0.5), (h, n))
       y = y + read(linear_recurrence(lam, bu, reverse=True), cb_re, cb_im)
 
     y = nn.Dropout(cfg.dropout_rate, broadcast_dims=(1,))(nn.gelu(y), deterministic=deterministic)

@@ -209,12 +209,6 @@ def ssm_convolution(u, k_forward, k_backward=None):
   return jnp.fft.irfft(u_f * k_f.T[None], n=2 * length, axis=1)[:, :length].astype(u.dtype)
 
 
-def _normal_init(std: float):
-  def init(key, shape, dtype=jnp.float32):
-    return std * jax.random.normal(key, shape, dtype)
-  return init
-
-
 def random_B(key, copies: int, A: np.ndarray, dtype=jnp.complex64) -> jax.Array:
   """[copies, N/2] complex: B ~ CN(0, 1) (real and imaginary parts N(0, 1/2), torch's complex
   ``randn``), each copy divided by sqrt(ζ), ζ = 2 Σ_n |B_n / A_n|² (the variance of the integrated
@@ -270,16 +264,16 @@ class S4D(nn.Module):
 
     def C_init(key, shape):
       if c.B_init == "ones":
-        return _normal_init(math.sqrt(0.5))(key, shape)
+        return nn.initializers.normal(math.sqrt(0.5))(key, shape)
       key_c, key_b = jax.random.split(key)
-      C = _normal_init(math.sqrt(0.5))(key_c, shape)
+      C = nn.initializers.normal(math.sqrt(0.5))(key_c, shape)
       A0 = -0.5 + 1j * init_A_imag(c.init, c.d_state)  # the initial diagonal (log_A_re = log 0.5)
       B0 = jnp.tile(random_B(key_b, copies, A0), (h // copies, 1))  # [H, N/2]
       folded = jax.lax.complex(C[..., 0], C[..., 1]) * B0
       return jnp.stack([folded.real, folded.imag], -1)
 
     C_ri = self.param("C", C_init, (channels, h, n_half, 2))
-    D = self.param("D", _normal_init(1.0), (h,))
+    D = self.param("D", nn.initializers.normal(1.0), (h,))
 
     dt = jnp.exp(log_dt.astype(dtype))
     A = jax.lax.complex(-jnp.exp(log_A_re.astype(dtype)), A_im.astype(dtype))
