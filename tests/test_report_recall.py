@@ -139,6 +139,8 @@ def test_seq_icl_is_the_config_that_made_its_table():
                                               "dropout_rate": 0.0, "B_init": "random", "n_ssm": 1,
                                               "out_init_std": 0.02}
   assert s4d.model.positions == "none"    # the S4D and LRU experiments have no position embeddings
+  assert ih.model.attention_bias and ar.model.attention_bias  # simple_lm.py MHA: Wqkv, out_proj with bias
+  assert "attention_bias" not in s4d.model  # a mixer's config (and its records' hash) does not carry it
   assert (s4d.optimizer.ssm_learning_rate, s4d.optimizer.ssm_weight_decay) == (5e-4, 0.0)
   assert "ssm_learning_rate" not in ih.optimizer
 
