@@ -48,6 +48,18 @@ def test_cosine_schedule_values():
   np.testing.assert_allclose([float(lr(s)) for s in (5, 10, 60, 100, 110)], expected, atol=1e-9)  # restarts
 
 
+def test_timm_cosine_schedule_values():
+  # timm CosineLRScheduler(t_initial=100, lr_min=1e-4, warmup_t=10, t_in_epochs=False) at lr 1e-3: the
+  # cosine counts from step 0 (at step 10 it is already cos(0.1 pi)) and ends at lr_min.
+  opt = config_lib.load_config("lra", "listops", [
+      "optimizer.schedule=constant * linear_warmup * timm_cosine", "optimizer.learning_rate=1e-3",
+      "optimizer.warmup_steps=10", "optimizer.steps_per_cycle=100", "optimizer.cosine_floor=0.1"]).optimizer
+  lr = optim.learning_rate_schedule(opt)
+  timm = lambda t: 1e-4 + 0.5 * (1e-3 - 1e-4) * (1 + np.cos(np.pi * t / 100))
+  expected = [5e-4, timm(10), timm(60), 1e-4, 1e-4]
+  np.testing.assert_allclose([float(lr(s)) for s in (5, 10, 60, 100, 130)], expected, rtol=1e-5)
+
+
 def test_pad_batch_counts_every_example_once():
   batch = {"inputs": np.ones((3, 4), np.int32), "targets": np.arange(3, dtype=np.int32)}
   padded = loop.pad_batch(batch, 8)

@@ -220,11 +220,12 @@ NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
     ("optimizer.grad_clip_norm", FLOAT, 0.0, None, ">= 0 (0 = no clipping)"),
     ("optimizer.ssm_learning_rate", FLOAT, 0.0, None, "> 0"),       # optional (SSM recipes)
     ("optimizer.ssm_weight_decay", FLOAT, 0.0, None, ">= 0"),        # optional (SSM recipes)
+    ("optimizer.cosine_floor", FLOAT, 0.0, 1.0, "in [0, 1)"),         # optional (timm_cosine)
 )
 # Bounds that are not allowed themselves: learning_rate > 0, eps > 0, rates and betas < 1.
 _OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps", "model.embed_init_std", "model.dense_init_std",
              "optimizer.ssm_learning_rate"}
-_OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "model.embed_dropout_rate", "optimizer.b1",
+_OPEN_HIGH = {"optimizer.cosine_floor", "model.dropout_rate", "model.attention_dropout_rate", "model.embed_dropout_rate", "optimizer.b1",
               "optimizer.b2"}
 # Optional switches of the model (next-token models, the sequence-mixer recipes; absent from the LRA
 # protocols' configs).
@@ -243,7 +244,7 @@ OPTIONAL_KEYS: dict[str, type] = {
     "model.share_attention_core": bool, "model.dense_init_std": float, "model.residual_init_rescale": bool,
     "model.attention_bias": bool,
     "data.pipeline": str,
-    "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float,
+    "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float, "optimizer.cosine_floor": float,
 }
 # Sections a protocol's config leaves out, with the type of each key: a ``--set`` of one of their keys
 # adds the section, and ``complete_optional_sections`` fills in the keys not given (so the configs and

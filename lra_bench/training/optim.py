@@ -9,7 +9,7 @@ import optax
 
 # The factors of ``optimizer.schedule`` (``learning_rate_schedule`` multiplies them; ``config.validate``
 # refuses any other word).
-SCHEDULE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "linear_decay", "cosine_decay")
+SCHEDULE_FACTORS = ("constant", "linear_warmup", "rsqrt_decay", "linear_decay", "cosine_decay", "timm_cosine")
 
 
 def learning_rate_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
@@ -17,7 +17,11 @@ def learning_rate_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
 
   ``constant`` (times learning_rate), ``linear_warmup`` (min(1, step/warmup)), ``rsqrt_decay``
   (1/sqrt(max(step, warmup))), ``linear_decay`` (clip((cycle - step)/(cycle - warmup), 0, 1)),
-  ``cosine_decay`` (0.5(1 + cos(pi·((step-warmup)/cycle mod 1)))).
+  ``cosine_decay`` (0.5(1 + cos(pi·((step-warmup)/cycle mod 1)))), ``timm_cosine`` (timm's
+  ``CosineLRScheduler`` as the safari / seq_icl recipes use it: 1 during the warm-up, then
+  f + (1 - f)·0.5(1 + cos(pi·min(step/cycle, 1))) with the cosine counted from step 0, not from the end
+  of the warm-up, and f = ``optimizer.cosine_floor`` (timm's ``lr_min`` / lr; default 0); with
+  ``linear_warmup`` before it, timm's warm-up from ``warmup_lr_init`` ≈ 0).
   """
   factors = [f.strip() for f in opt.schedule.split("*")]
   warmup = float(opt.warmup_steps)
@@ -38,6 +42,10 @@ def learning_rate_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
       elif factor == "cosine_decay":
         progress = jnp.maximum(0.0, (step - warmup) / float(opt.steps_per_cycle))
         lr = lr * 0.5 * (1.0 + jnp.cos(jnp.pi * (progress % 1.0)))
+      elif factor == "timm_cosine":
+        floor = float(opt.get("cosine_floor", 0.0))
+        progress = jnp.minimum(step / float(opt.steps_per_cycle), 1.0)
+        lr = lr * jnp.where(step < warmup, 1.0, floor + (1.0 - floor) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress)))
     return lr
 
   return schedule
