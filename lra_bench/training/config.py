@@ -225,8 +225,8 @@ NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
 # Bounds that are not allowed themselves: learning_rate > 0, eps > 0, rates and betas < 1.
 _OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps", "model.embed_init_std", "model.dense_init_std",
              "optimizer.ssm_learning_rate"}
-_OPEN_HIGH = {"optimizer.cosine_floor", "model.dropout_rate", "model.attention_dropout_rate", "model.embed_dropout_rate", "optimizer.b1",
-              "optimizer.b2"}
+_OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "model.embed_dropout_rate", "optimizer.b1",
+              "optimizer.b2", "optimizer.cosine_floor"}
 # Optional switches of the model (next-token models, the sequence-mixer recipes; absent from the LRA
 # protocols' configs).
 BOOL_KEYS = ("model.mlp", "model.tie_embeddings", "model.dropout_broadcast_time", "model.share_attention_core",
