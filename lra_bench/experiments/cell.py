@@ -169,13 +169,16 @@ def prepare_flags(config: ml_collections.ConfigDict) -> list[str]:
   """``--key value`` for each ``prepare_options`` value that the protocol's preset does not give, and
   for each that differs between the points of the protocol's sweep (``data prepare --protocol`` makes
   every point's data; these flags pin the run's own)."""
-  from lra_bench.experiments import suite
+  import importlib
 
   try:
     preset = prepare_options(config_lib.load_config(config.protocol, config.task))
-    points = [prepare_options(config_lib.load_config(config.protocol, config.task, sets))
-              for sets, _ in suite.sweep_variants(config.protocol, config.task, {}, ())]
-  except config_lib.ConfigError:  # a protocol made in Python: spell every option out
+    declared = getattr(importlib.import_module(f"configs.{config.protocol}"), "sweep", None)
+    axes = declared(config.task) if declared else {}  # the protocol's sweep, as suite.protocol_sweep reads it
+    points = [prepare_options(config_lib.load_config(config.protocol, config.task,
+                                                     [f"{k}={v}" for k, v in point.items()]))
+              for axis in axes.values() for point in axis]
+  except (config_lib.ConfigError, ImportError):  # a protocol made in Python: spell every option out
     preset, points = {}, []
   varying = {k for point in points for k in point if any(other.get(k) != point[k] for other in points)}
   return [f"--{k} {shlex.quote(str(v))}" for k, v in sorted(prepare_options(config).items())
