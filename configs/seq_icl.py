@@ -45,7 +45,10 @@ Differences from the original (on purpose):
 - A validation split of its own (500 examples, drawn after the training split and unlike it); the
   original validated on its test set and reported its best validation accuracy.
 - The induction-head schedule decays to 0, not to the 0.1 x lr floor, and its warm-up starts at 0, not
-  1e-6 (the harness's ``cosine_decay`` factor); the cosine runs over the steps after the warm-up.
+  1e-6 (the harness's ``cosine_decay`` factor); the cosine runs over the steps after the warm-up. timm's
+  form is ``--set "optimizer.schedule=constant * linear_warmup * timm_cosine" --set
+  optimizer.steps_per_cycle=62800 --set optimizer.cosine_floor=0.1`` (the committed cells ran without
+  it; with it the Transformer's IH seed 2 stayed at chance as without: reports/cpu_seq_icl/README.md).
 - S4D: every difference is the ``s4d`` mixer's (its docstring).
 - seq_icl's "LRU" (``rnn/lru.py`` ``LRULayer``) is not the LRU paper's layer: an input map to 4 x width,
   a diagonal complex recurrence without B and C matrices, a SiLU gate, LayerNorm and an output map. It is
