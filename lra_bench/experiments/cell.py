@@ -169,15 +169,11 @@ def prepare_flags(config: ml_collections.ConfigDict) -> list[str]:
   """``--key value`` for each ``prepare_options`` value that the protocol's preset does not give, and
   for each that differs between the points of the protocol's sweep (``data prepare --protocol`` makes
   every point's data; these flags pin the run's own)."""
-  import importlib
-
   try:
     preset = prepare_options(config_lib.load_config(config.protocol, config.task))
-    declared = getattr(importlib.import_module(f"configs.{config.protocol}"), "sweep", None)
-    axes = declared(config.task) if declared else {}  # the protocol's sweep, as suite.protocol_sweep reads it
     points = [prepare_options(config_lib.load_config(config.protocol, config.task,
                                                      [f"{k}={v}" for k, v in point.items()]))
-              for axis in axes.values() for point in axis]
+              for axis in config_lib.protocol_sweep(config.protocol, config.task).values() for point in axis]
   except (config_lib.ConfigError, ImportError):  # a protocol made in Python: spell every option out
     preset, points = {}, []
   varying = {k for point in points for k in point if any(other.get(k) != point[k] for other in points)}

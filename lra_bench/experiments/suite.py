@@ -84,16 +84,6 @@ class Cell:
                             "max_length": self.config.data.max_length})
 
 
-def protocol_sweep(protocol: str, task: str) -> dict[str, list[dict[str, Any]]]:
-  """The sweep a protocol declares for ``task``: its module's ``sweep(task)``, axis name -> points, each
-  point the config values it sets (several keys move together: a recall task's length, its number of
-  keys and the model's length are one axis); ``{}`` without one."""
-  import importlib
-
-  declared = getattr(importlib.import_module(f"configs.{protocol}"), "sweep", None)
-  return {axis: [dict(point) for point in points] for axis, points in (declared(task) if declared else {}).items()}
-
-
 PRETRAIN_CHOICES = ("none", *config_lib.PRETRAIN_OBJECTIVES)  # none: from scratch
 
 
@@ -130,7 +120,7 @@ def sweep_variants(protocol: str, task: str, sweeps: dict[str, list[dict[str, An
   ((), "") without a sweep."""
   import itertools
 
-  axes = {**protocol_sweep(protocol, task), **sweeps}
+  axes = {**config_lib.protocol_sweep(protocol, task), **sweeps}
   for axis, points in sweeps.items():  # a --sweep of a key replaces the protocol's axis holding it
     keys = set(points[0])
     axes = {name: pts for name, pts in axes.items() if name == axis or not keys & set(pts[0])}

@@ -176,6 +176,14 @@ def protocol_settings(protocol: str, config: ml_collections.ConfigDict) -> dict[
   return dict(settings(config)) if settings is not None else {}
 
 
+def protocol_sweep(protocol: str, task: str) -> dict[str, list[dict[str, Any]]]:
+  """The sweep a protocol declares for ``task``: its module's ``sweep(task)``, axis name -> points, each
+  point the config values it sets (several keys move together: a recall task's length, its number of
+  keys and the model's length are one axis); ``{}`` without one."""
+  declared = getattr(importlib.import_module(f"configs.{protocol}"), "sweep", None)
+  return {axis: [dict(point) for point in points] for axis, points in (declared(task) if declared else {}).items()}
+
+
 def apply_settings(config: ml_collections.ConfigDict, settings: dict[str, Any]) -> None:
   """Sets dotted ``key: value`` pairs on an unlocked config (new keys only below ``OPEN_SECTIONS`` and
   the ``OPTIONAL_KEYS``, so a preset that needs one leaves the other cells' configs unchanged)."""
