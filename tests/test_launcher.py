@@ -11,10 +11,12 @@ import signal
 import stat
 import threading
 import time
+import types
 
 import pytest
 
 from lra_bench.experiments import launcher, results, suite
+from lra_bench.training import loop
 from lra_bench.training.config import ConfigError
 from tests.conftest import tiny_overrides
 
@@ -148,6 +150,39 @@ def test_preempted_worker_is_requeued_and_resumes_its_cell(listops_dir, tmp_path
   with open(jobs[0].paths.stdout) as f:
     log = f.read()
   assert "preempted or out of time; requeued" in log and "Requeued job" in log
+  # the signal only asked the loop to stop; the requeue came once it had (not from the grace alarm)
+  assert "stops at its next step" in log and "no training loop stopped" not in log
+
+
+def test_preemption_signal_landing_in_a_finaliser_is_not_lost(monkeypatch):
+  """submitit's handler raises SystemExit from wherever the signal lands; inside a ``__del__`` Python
+  swallows it (seen: TensorFlow's ``Executor.__del__``, the worker trained on, never requeued). Under
+  ``_Preemption`` the signal only records the request and stops the loop; the requeue comes later."""
+  monkeypatch.setattr(loop, "_PROCESS_STOP", threading.Event())
+  calls = []
+
+  def submitit_handler(signum, frame):  # as submitit's local requeue: checkpoint, then sys.exit(144)
+    calls.append(signum)
+    raise SystemExit(144)
+
+  class Finalised:
+    def __del__(self):
+      os.kill(os.getpid(), signal.SIGUSR2)  # the handler runs inside os.kill, in this finaliser
+
+  previous = signal.signal(signal.SIGUSR2, submitit_handler)
+  try:
+    preemption = launcher._Preemption()
+    with preemption.installed():
+      Finalised()
+      assert preemption.pending == signal.SIGUSR2 and calls == []
+      assert loop.Run.stop_requested.fget(types.SimpleNamespace(stop=loop.StopFlag()))  # every loop stops
+      with pytest.raises(SystemExit) as exit_info:
+        preemption.requeue()
+      assert exit_info.value.code == 144 and calls == [signal.SIGUSR2]
+    assert signal.getsignal(signal.SIGUSR2) is submitit_handler  # given back
+  finally:
+    signal.alarm(0)
+    signal.signal(signal.SIGUSR2, previous)
 
 
 def _fake_slurm(tmp_path):

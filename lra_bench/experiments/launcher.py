@@ -9,7 +9,8 @@ one ran something (a cell whose worker died is claimable again), so a worker end
 that it can claim.
 
 Preemption and time limits: SLURM sends USR2 ``signal_delay_s`` before it stops a job (``--signal``);
-submitit then calls ``Worker.checkpoint``, stores the ``DelayedSubmission`` it returns and requeues the
+the worker asks its training loop to stop at the next step boundary (``_Preemption``), then hands over
+to submitit, which calls ``Worker.checkpoint``, stores the ``DelayedSubmission`` it returns and requeues the
 job. The interrupted cell has no record and its lock died with the process, so the requeued worker (or
 another one) claims it again and it resumes from its orbax checkpoint. ``--launcher local`` runs exactly
 this code through submitit's LocalExecutor (the tests kill and preempt its workers).
@@ -31,6 +32,7 @@ import dataclasses
 import logging
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import time
@@ -109,19 +111,27 @@ class Worker:
     _load_plugins()
     _quiet_console()
     logging.getLogger("submitit").propagate = False  # its own handlers write the log; once is enough
-    grid, ran = self.grid, {}
+    grid, ran, claimed_elsewhere = self.grid, {}, []
     print(f"worker {self.index} on {socket.gethostname()} (pid {os.getpid()}): {len(grid.cells)} planned cells",
           flush=True)
-    while True:
-      todo = [c for c in grid.cells if c.name not in ran]  # a worker never reruns its own cell
-      summary = grid.work(todo, results_dir=grid.results_dir, data_dir=grid.data_dir,
-                           overrides=grid.overrides, isolate=grid.isolate, retry=grid.retry,
-                           baseline=grid.baseline, echo=lambda line: print(line, flush=True),
-                           done=lambda name, record: self._done(ran, name, record))
-      if not summary.ran:
-        break
+    with _Preemption().installed() as preemption:
+      try:
+        while preemption.pending is None:
+          todo = [c for c in grid.cells if c.name not in ran]  # a worker never reruns its own cell
+          summary = grid.work(todo, results_dir=grid.results_dir, data_dir=grid.data_dir,
+                               overrides=grid.overrides, isolate=grid.isolate, retry=grid.retry,
+                               baseline=grid.baseline, echo=lambda line: print(line, flush=True),
+                               done=lambda name, record: self._done(ran, name, record))
+          claimed_elsewhere = summary.claimed_elsewhere
+          if not summary.ran:
+            break
+      except KeyboardInterrupt:  # the loop stopped as asked by ``_Preemption``
+        if preemption.pending is None:
+          raise
+      if preemption.pending is not None:
+        preemption.requeue()  # exits
     return {"worker": self.index, "host": socket.gethostname(), "ran": ran,
-            "claimed_elsewhere": summary.claimed_elsewhere}
+            "claimed_elsewhere": claimed_elsewhere}
 
   def _done(self, ran: dict[str, str], name: str, record: dict) -> None:
     ran[name] = record["status"]
@@ -135,6 +145,69 @@ class Worker:
     print(f"worker {self.index}: preempted or out of time; requeued (the running cell resumes from its "
           "last checkpoint)", flush=True)
     return submitit.helpers.DelayedSubmission(Worker(self.grid, self.index))
+
+
+class _Preemption:
+  """submitit's preemption signal, acted on between training steps rather than inside the handler.
+
+  submitit's handler checkpoints, requeues and raises ``SystemExit`` from wherever the main thread is
+  when the signal lands. Inside a finaliser (seen: TensorFlow's ``Executor.__del__`` under load) Python
+  swallows that exception ("Exception ignored in ..."), so the worker trained on and was never requeued.
+  While a worker runs, the signal only asks every training loop of the process to stop at its next step
+  boundary (``loop.request_stop``: the cell ends as after a Ctrl-C, not recorded, its checkpoint the
+  resume point); the worker then calls submitit's handler from plain code. If no loop stopped within
+  ``GRACE_S`` (a cell still loading its data, an ``--isolate`` cell's process), an alarm calls submitit's
+  handler as before (SLURM sends the signal ``SIGNAL_DELAY_S`` before it kills the job)."""
+
+  GRACE_S = SIGNAL_DELAY_S // 2
+
+  def __init__(self) -> None:
+    self.pending: int | None = None  # the signal received
+    self.original: Callable[..., Any] | None = None  # submitit's handler
+
+  @contextlib.contextmanager
+  def installed(self) -> Iterator[_Preemption]:
+    """Takes over submitit's handler while the block runs (only in the main thread, only where submitit
+    installed one: a worker called outside a job is left alone)."""
+    import threading
+
+    import submitit
+
+    # USR2 unless SUBMITIT_PREEMPT_SIGNAL names another
+    signum = getattr(signal, f"SIG{submitit.JobEnvironment.USR_SIG}", signal.SIGUSR2)
+    original = signal.getsignal(signum)
+    if threading.current_thread() is not threading.main_thread() or not callable(original):
+      yield self
+      return
+    self.original = original
+    previous_alarm = signal.signal(signal.SIGALRM, self._grace_over)
+    signal.signal(signum, self._defer)
+    try:
+      yield self
+    finally:
+      signal.alarm(0)
+      signal.signal(signum, original)
+      signal.signal(signal.SIGALRM, previous_alarm)
+
+  def _defer(self, signum, frame) -> None:
+    from lra_bench.training import loop
+
+    if self.pending is None:
+      self.pending = signum
+      loop.request_stop()
+      signal.alarm(self.GRACE_S)
+      os.write(1, f"worker: got signal {signum}; the running cell stops at its next step, then the worker "
+                  "is requeued\n".encode())
+
+  def _grace_over(self, signum, frame) -> None:
+    os.write(1, f"worker: no training loop stopped within {self.GRACE_S} s; requeued now\n".encode())
+    self.requeue()
+
+  def requeue(self) -> None:
+    """submitit's handler: ``Worker.checkpoint``, the requeue, ``SystemExit``."""
+    signal.alarm(0)
+    assert self.original is not None and self.pending is not None
+    self.original(self.pending, None)
 
 
 def _load_plugins() -> None:

@@ -269,6 +269,17 @@ class Data:
                     "source": ex.source} for split, ex in self.examples.items()}
 
 
+_PROCESS_STOP = threading.Event()
+
+
+def request_stop() -> None:
+  """Asks every run of this process to stop at its next step boundary, as a first Ctrl-C does (raising
+  ``Interrupted``; its last checkpoint stays the resume point). For a caller that learns from a signal
+  that the process must end (a suite worker's preemption, ``launcher``): raising from a signal handler
+  lands wherever the main thread is, and inside a finaliser the exception is lost."""
+  _PROCESS_STOP.set()
+
+
 class StopFlag:
   """Ctrl-C as a request: a first SIGINT sets ``requested`` (the loop stops at the next step boundary),
   a second raises KeyboardInterrupt at once.
@@ -421,7 +432,7 @@ class Run:
 
   @property
   def stop_requested(self) -> bool:
-    return self.stop.requested
+    return self.stop.requested or _PROCESS_STOP.is_set()
 
   # How much work the loop may queue ahead of the device, in seconds of measured steps. JAX dispatches
   # asynchronously; unbounded, the loop queued every step up to the next log boundary and waited there,
