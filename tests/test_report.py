@@ -94,6 +94,29 @@ def test_other_protocols_are_labelled_not_comparable():
   assert cell(rep, "vanilla", "ListOps") == "10.00"
 
 
+def test_a_protocol_with_its_own_paper_is_set_beside_that_papers_rows():
+  """``xiong`` runs Xiong et al.'s recipe: its cells sit beside that paper's Table 3 (names, values,
+  deltas), not beside LRA Table 1, and without the not-comparable banner."""
+  records = [train_record("nystromformer", "listops", 0, 0.3705, protocol="xiong"),
+             train_record("performer", "listops", 0, 0.1950, protocol="xiong")]
+  own = reference.own_reference(reference.load_followups(), "xiong")
+  assert sorted(own["attention"]) == ["linformer", "nystromformer", "performer", "reformer", "vanilla"]
+  rep = accuracy.accuracy_report(records, "xiong", own, "RES")
+  assert "NOT comparable" not in rep.ours.caption
+  cells = rep.cells.set_index(["attention", "task"])
+  assert cells.loc[("nystromformer", "listops"), "reference"] == pytest.approx(37.15)
+  assert cells.loc[("nystromformer", "listops"), "reference_source"] == "xiong_2021_table3"
+  assert cells.loc[("performer", "listops"), "delta"] == pytest.approx(19.50 - 18.80)
+  assert cells.loc[("vanilla", "listops"), "reference"] == pytest.approx(37.10)  # "Standard", not LRA's 36.37
+  delta = {r[1]: r for r in rep.delta.rows}
+  assert delta["nystromformer"][:3] == ["Nystromformer", "nystromformer", "−0.10"]
+  published = {r[1]: r for r in rep.published.rows}
+  assert published["reformer"][:3] == ["Reformer (2 hashes)", "reformer", "19.05"]
+  assert published["vanilla"][-2:] == ["same", "xiong_2021_table3"] and "bigbird" not in published
+  # a protocol whose paper published nothing keeps LRA Table 1, for orientation only
+  assert reference.own_reference(reference.load_followups(), "smoke").empty
+
+
 def test_paper_names():
   assert reference.paper_name("vanilla") == "Transformer"
   assert reference.paper_name("combiner_axial_vertical") == "Combiner-Axial"

@@ -22,7 +22,8 @@ import tasks as tasks_lib
 from lra_bench.experiments import results
 from lra_bench.report.reference import (AVG_TASKS, FOLLOWUP_NAMES, REFERENCE_COLUMN, TASK_ORDER, TASK_TITLES,
                                         comparable, followup_settings, number, paper_name, preset_problem,
-                                        protocol_settings_notes, reference_accuracy, settings_text)
+                                        protocol_settings_notes, published_model, reference_accuracy,
+                                        settings_text)
 from lra_bench.report.tables import Table
 
 
@@ -329,7 +330,11 @@ class AccuracyReport:
 
 def accuracy_report(records: Sequence[dict], protocol: str, reference: pd.DataFrame,
                     results_dir: str = "RESULTS_DIR") -> AccuracyReport:
-  """Our table, the published one and (for a comparable protocol) the deltas, from ``records``."""
+  """Our table, the published one and (for a comparable protocol) the deltas, from ``records``.
+
+  ``reference``: LRA Table 1's rows (``reference.load_reference``), or for a protocol that runs its own
+  paper's recipe the rows published there (``reference.own_reference``: Xiong et al.'s Table 3 for
+  ``xiong``)."""
   cells = accuracy_cells(records, protocol, results_dir)
   task_names = list(dict.fromkeys(cells["task"]))
   attentions = list(dict.fromkeys(cells["attention"]))
@@ -342,7 +347,7 @@ def accuracy_report(records: Sequence[dict], protocol: str, reference: pd.DataFr
                     else None for m, r, off in zip(cells["mean"], cells["reference"], cells["off_preset"])]
   ours = _ours_table(cells, protocol, reference, task_names, attentions, avg_tasks, results_dir)
   published = _published_table(cells, protocol, reference, task_names, attentions)
-  delta = _delta_table(cells, task_names, attentions) if comparable(protocol) else None
+  delta = _delta_table(cells, reference, task_names, attentions) if comparable(protocol) else None
   return AccuracyReport(protocol, cells, ours, published, delta, avg_tasks)
 
 
@@ -375,7 +380,7 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
   avgs = {a: row_avg(a) for a in attentions}
   best_avg = max((v for v in avgs.values() if v is not None), default=None)
   for i, a in enumerate(attentions, start=1):
-    row = [paper_name(a) or "—", a]
+    row = [published_model(reference, a) or paper_name(a) or "—", a]
     for j, t in enumerate(task_names, start=2):
       c = _cell(cells, a, t)
       if c["status"] == "ok":
@@ -427,30 +432,37 @@ def _published_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame
   pub_columns = ["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names], "Avg", "Settings", "Source"]
   pub_rows = []
   for a in attentions:
-    if paper_name(a) is None:
+    model = published_model(reference, a)
+    if model is None:
       continue
     values = [_cell(cells, a, t)["reference"] for t in task_names]
     avg, _ = reference_accuracy(reference, protocol, a, "avg")
     sources = sorted({s for s in cells[cells.attention == a]["reference_source"] if isinstance(s, str)})
     if all(number(v) is None for v in values):
       continue
-    pub_rows.append([paper_name(a), a, *[_fmt(v) for v in values], _fmt(avg), settings_text(protocol, a),
+    pub_rows.append([model, a, *[_fmt(v) for v in values], _fmt(avg), settings_text(protocol, a),
                      ", ".join(sources)])
+  own = "attention" in reference
+  where = (f"the rows published under this protocol's recipe ({', '.join(sorted(set(reference['source'])))}), "
+           "from reports/reference/lra_followups_accuracy.csv, whose README names each source" if own else
+           "reports/reference/; lra_paper_table1 = Tay et al. 2021 Table 1, combiner_paper_table5 = Ren et al. "
+           "2021 Table 5")
   return Table(pub_columns, pub_rows, left=2, caption=(
-      "Published test accuracy (%) of the models of these names (reports/reference/; lra_paper_table1 = "
-      "Tay et al. 2021 Table 1, combiner_paper_table5 = Ren et al. 2021 Table 5). Settings: `same` = our "
+      f"Published test accuracy (%) of the models of these names ({where}). Settings: `same` = our "
       f"runs under `{protocol}` used the original's settings for that model (the same model); `differs` = "
       "they did not, see the protocol notes below."),
-      notes=protocol_settings_notes(protocol, attentions, task_names))
+      notes=protocol_settings_notes(protocol, attentions, task_names, lambda a: published_model(reference, a)))
 
 
-def _delta_table(cells: pd.DataFrame, task_names: list[str], attentions: list[str]) -> Table:
+def _delta_table(cells: pd.DataFrame, reference: pd.DataFrame, task_names: list[str],
+                 attentions: list[str]) -> Table:
   d_rows = []
   for a in attentions:
     values = [number(_cell(cells, a, t)["delta"]) for t in task_names]
     if all(v is None for v in values):
       continue
-    d_rows.append([paper_name(a) or "—", a, *[_fmt(v, signed=True) for v in values]])
+    d_rows.append([published_model(reference, a) or paper_name(a) or "—", a,
+                   *[_fmt(v, signed=True) for v in values]])
   return Table(["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names]], d_rows, left=2,
                caption=f"Δ = ours − published (accuracy points); empty where either side has no number or our "
                f"config is not the protocol's preset ({OFF_PRESET}).")

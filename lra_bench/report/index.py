@@ -25,8 +25,9 @@ from lra_bench.report import curves, plots, pretraining, recall, viz
 from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
 from lra_bench.report.efficiency import (EfficiencyGroup, dropout_words, efficiency_groups, family_order,
                                          scaling_series)
-from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, SPT_FILE, TASK_TITLES,
-                                        load_followups, load_reference, load_spt_reference)
+from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, OWN_PUBLISHED, SPT_FILE,
+                                        TASK_TITLES, load_followups, load_reference, load_spt_reference,
+                                        own_reference)
 
 
 # The published numbers a --reference_dir holds (reference.load_reference / load_followups /
@@ -144,8 +145,11 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                 "Benchmark records only (no accuracy section; train with `lra-bench suite`). ")
                + f"Registered attentions: {', '.join(attention_zoo.list_attentions())}.", "",
                *_environment(records), ""]
-  accuracy_reports = [_accuracy_section(out, accuracy_report(records, p, reference_acc, results_dir))
-                      for p in protocols]
+  followups = load_followups(reference_dir)
+  # a protocol that runs its own paper's recipe is set beside that paper's rows, any other beside LRA's
+  accuracy_reports = [_accuracy_section(out, accuracy_report(
+      records, p, own_reference(followups, p) if p in OWN_PUBLISHED else reference_acc, results_dir))
+      for p in protocols]
   spt_protocols = [p for p in protocols if pretraining.has_spt(records, p)]
   for p in spt_protocols:
     _spt_section(out, pretraining.spt_report(records, p, load_spt_reference(reference_dir)))
@@ -156,7 +160,7 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
   out.written += curve_paths
   out.index += curve_lines
   if protocols:
-    _followups_section(out, load_followups(reference_dir))
+    _followups_section(out, followups)
   groups = efficiency_groups(records, reference_eff)
   if not groups:
     out.index += ["## Efficiency", "", "No benchmark records. Measure with "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -125,8 +125,8 @@ def published_differences(protocol: str) -> dict[str, str]:
 
 
 def published_settings(protocol: str, attention: str) -> tuple[bool, str]:
-  """(same settings as its LRA / Combiner table row?, what differs) for ``attention``'s runs under
-  ``protocol``: never the same under a protocol that is not the paper's (``COMPARABLE``)."""
+  """(same settings as its published row?, what differs) for ``attention``'s runs under ``protocol``:
+  never the same under a protocol that is not the paper's (``comparable``)."""
   if not comparable(protocol):
     return False, f"protocol `{protocol}` is not the paper's protocol"
   return preset_match(protocol, attention)
@@ -157,9 +157,12 @@ def _format_settings(settings: dict[str, Any]) -> str:
   return ", ".join(f"{short(k)}={v}" for k, v in settings.items()) or "the task config (no change)"
 
 
-def protocol_settings_notes(protocol: str, attentions: Sequence[str], tasks: Sequence[str]) -> list[str]:
+def protocol_settings_notes(protocol: str, attentions: Sequence[str], tasks: Sequence[str],
+                            names: Callable[[str], str | None] | None = None) -> list[str]:
   """The report's protocol notes: per attention, the settings the protocol's preset ran on each task
-  (tasks with equal settings grouped), and for each published row whether it is the same model."""
+  (tasks with equal settings grouped), and for each published row whether it is the same model.
+  ``names(attention)``: the model name of its published row (default ``paper_name``: LRA's)."""
+  names = names or paper_name
   notes = []
   for attention in attentions:
     groups: dict[str, list[str]] = {}
@@ -169,7 +172,7 @@ def protocol_settings_notes(protocol: str, attentions: Sequence[str], tasks: Seq
         groups.setdefault(_format_settings(settings), []).append(TASK_TITLES.get(task, task))
     ran = "; ".join(f"{', '.join(names)}: {text}" for text, names in groups.items())
     same, differs = published_settings(protocol, attention)
-    name = paper_name(attention)
+    name = names(attention)
     row = ("" if name is None else
            f" Published row \"{name}\": {'same settings' if same else 'different settings — ' + differs}.")
     if row or any(text != _format_settings({}) for text in groups):
@@ -184,7 +187,9 @@ def protocol_settings_notes(protocol: str, attentions: Sequence[str], tasks: Seq
 
 
 def comparable(protocol: str) -> bool:
-  return protocol in COMPARABLE
+  """Whether ``protocol`` runs the recipe of published rows: LRA Table 1's (``COMPARABLE``) or its own
+  paper's (``OWN_PUBLISHED``)."""
+  return protocol in COMPARABLE or protocol in OWN_PUBLISHED
 
 
 def load_reference(reference_dir: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -208,11 +213,19 @@ def number(text: Any) -> float | None:
 
 def reference_accuracy(reference: pd.DataFrame, protocol: str, attention: str,
                        task: str) -> tuple[float | None, str | None]:
-  """(published accuracy %, source) for one cell; ``task="avg"`` for the average column."""
+  """(published accuracy %, source) for one cell; ``task="avg"`` for the average column.
+
+  ``reference``: LRA Table 1's frame (``load_reference``), or a protocol's own published rows
+  (``own_reference``: they carry an ``attention`` column, and every row is comparable)."""
+  column = REFERENCE_COLUMN.get(task, task)
+  if "attention" in reference:
+    rows = reference[reference["attention"] == attention]
+    if rows.empty or column not in rows:
+      return None, None
+    return number(rows.iloc[0][column]), rows.iloc[0]["source"]
   model = "Chance" if attention == "__chance__" else paper_name(attention)
   if model is None or reference.empty:
     return None, None
-  column = REFERENCE_COLUMN.get(task, task)
   for source, columns in COMPARABLE.get(protocol, COMPARABLE["lra"]):
     if model == "Chance" and source != "combiner_paper_table5":
       continue  # only the Combiner table has a chance row
@@ -238,6 +251,38 @@ FOLLOWUP_NAMES = {"Nystromformer": "nystromformer", "Skyformer": "skyformer", "F
 FOLLOWUP_PROTOCOLS = {"xiong_2021_table3": "xiong"}
 # The sequence models' rows: their recipe is a protocol of ours whichever paper printed the row.
 FOLLOWUP_MODEL_PROTOCOLS = {"s4d": "s4", "s5": "s5", "lru": "lru", "mega": "mega", "mega_chunk": "mega"}
+
+
+def row_protocol(source: str, model: str) -> str | None:
+  """The protocol of ours that runs the recipe of a follow-up row (``FOLLOWUP_PROTOCOLS`` for a whole
+  source, ``FOLLOWUP_MODEL_PROTOCOLS`` for a sequence model's row), or None."""
+  return FOLLOWUP_PROTOCOLS.get(source) or FOLLOWUP_MODEL_PROTOCOLS.get(FOLLOWUP_NAMES.get(model, ""))
+
+
+# The protocols whose own paper(s) published rows (the follow-up rows they reproduce): their accuracy
+# tables put those rows beside the cells, with deltas, as ``lra`` does with LRA Table 1.
+OWN_PUBLISHED = frozenset(FOLLOWUP_PROTOCOLS.values()) | frozenset(FOLLOWUP_MODEL_PROTOCOLS.values())
+
+
+def own_reference(followups: pd.DataFrame, protocol: str) -> pd.DataFrame:
+  """The follow-up rows published under ``protocol``'s recipe (``row_protocol``), one per attention, with
+  the columns ``attention`` (ours) and ``avg`` (the paper's average over five tasks); empty when none."""
+  if followups.empty:
+    return pd.DataFrame(columns=["source", "model", "attention"])
+  mine = followups[[row_protocol(r["source"], r["model"]) == protocol and r["model"] in FOLLOWUP_NAMES
+                    for _, r in followups.iterrows()]].copy()
+  mine["attention"] = [FOLLOWUP_NAMES[m] for m in mine["model"]]
+  mine["avg"] = mine["avg5"] if "avg5" in mine else ""
+  return mine.drop_duplicates("attention").reset_index(drop=True)
+
+
+def published_model(reference: pd.DataFrame, attention: str) -> str | None:
+  """The model name of ``attention``'s published row in ``reference`` (a protocol's own rows), else its
+  LRA / Combiner paper name."""
+  if "attention" in reference:
+    rows = reference[reference["attention"] == attention]
+    return None if rows.empty else rows.iloc[0]["model"]
+  return paper_name(attention)
 
 
 def followup_settings(source: str, attention: str | None) -> str:
