@@ -173,6 +173,9 @@ class _Preemption:
 
     import submitit
 
+    from lra_bench.training import loop  # imported here, not in the handler
+
+    self._request_stop = loop.request_stop
     # USR2 unless SUBMITIT_PREEMPT_SIGNAL names another
     signum = getattr(signal, f"SIG{submitit.JobEnvironment.USR_SIG}", signal.SIGUSR2)
     original = signal.getsignal(signum)
@@ -190,11 +193,9 @@ class _Preemption:
       signal.signal(signal.SIGALRM, previous_alarm)
 
   def _defer(self, signum, frame) -> None:
-    from lra_bench.training import loop
-
     if self.pending is None:
       self.pending = signum
-      loop.request_stop()
+      self._request_stop()
       signal.alarm(self.GRACE_S)
       os.write(1, f"worker: got signal {signum}; the running cell stops at its next step, then the worker "
                   "is requeued\n".encode())
