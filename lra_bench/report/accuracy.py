@@ -22,8 +22,8 @@ import tasks as tasks_lib
 from lra_bench.experiments import results
 from lra_bench.report.reference import (AVG_TASKS, FOLLOWUP_NAMES, REFERENCE_COLUMN, TASK_ORDER, TASK_TITLES,
                                         comparable, followup_settings, number, paper_name, preset_problem,
-                                        protocol_settings_notes, published_model, reference_accuracy,
-                                        settings_text)
+                                        is_own, protocol_settings_notes, published_model,
+                                        reference_accuracy, settings_text)
 from lra_bench.report.tables import Table
 
 
@@ -351,6 +351,11 @@ def accuracy_report(records: Sequence[dict], protocol: str, reference: pd.DataFr
   return AccuracyReport(protocol, cells, ours, published, delta, avg_tasks)
 
 
+def _model_name(reference: pd.DataFrame, attention: str) -> str:
+  """The Model column: the published row's name, else the LRA paper's, else "—"."""
+  return published_model(reference, attention) or paper_name(attention) or "—"
+
+
 def _cell(cells: pd.DataFrame, attention: str, task: str) -> pd.Series:
   return cells[(cells.attention == attention) & (cells.task == task)].iloc[0]
 
@@ -380,7 +385,7 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
   avgs = {a: row_avg(a) for a in attentions}
   best_avg = max((v for v in avgs.values() if v is not None), default=None)
   for i, a in enumerate(attentions, start=1):
-    row = [published_model(reference, a) or paper_name(a) or "—", a]
+    row = [_model_name(reference, a), a]
     for j, t in enumerate(task_names, start=2):
       c = _cell(cells, a, t)
       if c["status"] == "ok":
@@ -442,9 +447,8 @@ def _published_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame
       continue
     pub_rows.append([model, a, *[_fmt(v) for v in values], _fmt(avg), settings_text(protocol, a),
                      ", ".join(sources)])
-  own = "attention" in reference
   where = (f"the rows published under this protocol's recipe ({', '.join(sorted(set(reference['source'])))}), "
-           "from reports/reference/lra_followups_accuracy.csv, whose README names each source" if own else
+           "from reports/reference/lra_followups_accuracy.csv, whose README names each source" if is_own(reference) else
            "reports/reference/; lra_paper_table1 = Tay et al. 2021 Table 1, combiner_paper_table5 = Ren et al. "
            "2021 Table 5")
   return Table(pub_columns, pub_rows, left=2, caption=(
@@ -461,8 +465,7 @@ def _delta_table(cells: pd.DataFrame, reference: pd.DataFrame, task_names: list[
     values = [number(_cell(cells, a, t)["delta"]) for t in task_names]
     if all(v is None for v in values):
       continue
-    d_rows.append([published_model(reference, a) or paper_name(a) or "—", a,
-                   *[_fmt(v, signed=True) for v in values]])
+    d_rows.append([_model_name(reference, a), a, *[_fmt(v, signed=True) for v in values]])
   return Table(["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names]], d_rows, left=2,
                caption=f"Δ = ours − published (accuracy points); empty where either side has no number or our "
                f"config is not the protocol's preset ({OFF_PRESET}).")

@@ -158,11 +158,11 @@ def _format_settings(settings: dict[str, Any]) -> str:
 
 
 def protocol_settings_notes(protocol: str, attentions: Sequence[str], tasks: Sequence[str],
-                            names: Callable[[str], str | None] | None = None) -> list[str]:
+                            row_name: Callable[[str], str | None] | None = None) -> list[str]:
   """The report's protocol notes: per attention, the settings the protocol's preset ran on each task
   (tasks with equal settings grouped), and for each published row whether it is the same model.
-  ``names(attention)``: the model name of its published row (default ``paper_name``: LRA's)."""
-  names = names or paper_name
+  ``row_name(attention)``: the model name of its published row (default ``paper_name``: LRA's)."""
+  row_name = row_name or paper_name
   notes = []
   for attention in attentions:
     groups: dict[str, list[str]] = {}
@@ -172,7 +172,7 @@ def protocol_settings_notes(protocol: str, attentions: Sequence[str], tasks: Seq
         groups.setdefault(_format_settings(settings), []).append(TASK_TITLES.get(task, task))
     ran = "; ".join(f"{', '.join(names)}: {text}" for text, names in groups.items())
     same, differs = published_settings(protocol, attention)
-    name = names(attention)
+    name = row_name(attention)
     row = ("" if name is None else
            f" Published row \"{name}\": {'same settings' if same else 'different settings — ' + differs}.")
     if row or any(text != _format_settings({}) for text in groups):
@@ -218,11 +218,9 @@ def reference_accuracy(reference: pd.DataFrame, protocol: str, attention: str,
   ``reference``: LRA Table 1's frame (``load_reference``), or a protocol's own published rows
   (``own_reference``: they carry an ``attention`` column, and every row is comparable)."""
   column = REFERENCE_COLUMN.get(task, task)
-  if "attention" in reference:
-    rows = reference[reference["attention"] == attention]
-    if rows.empty or column not in rows:
-      return None, None
-    return number(rows.iloc[0][column]), rows.iloc[0]["source"]
+  if is_own(reference):
+    row = _own_row(reference, attention)
+    return (None, None) if row is None or column not in row else (number(row[column]), row["source"])
   model = "Chance" if attention == "__chance__" else paper_name(attention)
   if model is None or reference.empty:
     return None, None
@@ -276,12 +274,22 @@ def own_reference(followups: pd.DataFrame, protocol: str) -> pd.DataFrame:
   return mine.drop_duplicates("attention").reset_index(drop=True)
 
 
+def is_own(reference: pd.DataFrame) -> bool:
+  """Whether ``reference`` is a protocol's own published rows (``own_reference``), not LRA Table 1's."""
+  return "attention" in reference
+
+
+def _own_row(reference: pd.DataFrame, attention: str) -> pd.Series | None:
+  rows = reference[reference["attention"] == attention]
+  return None if rows.empty else rows.iloc[0]
+
+
 def published_model(reference: pd.DataFrame, attention: str) -> str | None:
   """The model name of ``attention``'s published row in ``reference`` (a protocol's own rows), else its
   LRA / Combiner paper name."""
-  if "attention" in reference:
-    rows = reference[reference["attention"] == attention]
-    return None if rows.empty else rows.iloc[0]["model"]
+  if is_own(reference):
+    row = _own_row(reference, attention)
+    return None if row is None else row["model"]
   return paper_name(attention)
 
 
