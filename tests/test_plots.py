@@ -231,3 +231,43 @@ def test_family_scaling_figure_one_family_without_references(tmp_path, captured)
   (fig, renderer), = captured
   _check_axes_and_legends(fig, renderer)
   assert [ax.get_title() for ax in fig.axes] == ["other (3)"]
+
+
+def test_state_size_figure_labels_clear_each_other_points_and_panel(tmp_path, captured):
+  """The recall trade-off figure (accuracy vs state size): points that share a state size and nearly an
+  accuracy (as linear_transformer / rfa / performer at L = 64, and vanilla / longformer at the same
+  state), long names near the panel's edges: every point keeps a label, no two labels overlap, no
+  label covers a point, and every label stays inside its own panel."""
+  import pandas as pd
+
+  from lra_bench.report import recall
+
+  rows = []
+  for seq_len, shift in ((64, 0.0), (128, -15.0)):
+    for name, state, accuracy in (
+        ("vanilla", 8192, 98.0), ("longformer", 8192, 96.9), ("mega", 14000, 100.0),
+        ("sparse_fixed", 2500, 44.0), ("memory_compressed", 2700, 28.7), ("local", 6200, 35.6),
+        ("cosformer", 8400, 26.3), ("s4d", 8300, 25.8), ("linear_transformer", 16640, 26.5),
+        ("rfa", 16900, 25.0), ("performer", 16900, 24.0), ("luna", 34000, 24.9)):
+      rows.append({"task": "mqar", "seq_len": seq_len, "attention": name, "state_size": state,
+                   "accuracy": max(accuracy + shift, 0.0), "d_model": 64})
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    recall.state_size_figure(pd.DataFrame(rows), "Recall vs causal state", str(tmp_path / "state"))
+  (fig, renderer), = captured
+  _check_axes_and_legends(fig, renderer)
+  for ax in fig.axes:
+    labels = [t for t in ax.texts if t.get_text()]
+    assert sorted(t.get_text() for t in labels) == sorted({r["attention"] for r in rows})
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    clashes = [(labels[i].get_text(), labels[j].get_text()) for i in range(len(boxes))
+               for j in range(i) if _overlap(boxes[i], boxes[j])]
+    assert not clashes
+    frame = ax.get_window_extent(renderer)
+    outside = [t.get_text() for t, b in zip(labels, boxes)
+               if not (frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1)]
+    assert not outside
+    points = ax.transData.transform(ax.collections[0].get_offsets())
+    covered = [t.get_text() for t, b in zip(labels, boxes)
+               if any(b.x0 - 2 < px < b.x1 + 2 and b.y0 - 2 < py < b.y1 + 2 for px, py in points)]
+    assert not covered

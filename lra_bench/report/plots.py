@@ -320,12 +320,14 @@ def pareto_front(points: Sequence[dict]) -> set[str]:
                      and (q["speed"], q["accuracy"]) != (p["speed"], p["accuracy"]) for q in points)}
 
 
-def place_labels(anchors: np.ndarray, sizes: np.ndarray, obstacles: Sequence[tuple] = ()) -> np.ndarray:
+def place_labels(anchors: np.ndarray, sizes: np.ndarray, obstacles: Sequence[tuple] = (),
+                 bounds: tuple | None = None) -> np.ndarray:
   """Deterministic label placement in display units (points/pixels): centre per label, no overlaps.
 
   ``anchors`` [N, 2] are the points, ``sizes`` [N, 2] the label boxes (width, height), ``obstacles``
-  extra boxes (x0, y0, x1, y1) to avoid. Each label in turn takes the first candidate centre, on
-  rings of growing radius around its anchor, whose box overlaps no label placed before nor an obstacle.
+  extra boxes (x0, y0, x1, y1) to avoid, ``bounds`` a box (x0, y0, x1, y1) every label must lie inside
+  (e.g. the axes). Each label in turn takes the first candidate centre, on rings of growing radius
+  around its anchor, whose box overlaps no label placed before nor an obstacle and lies inside ``bounds``.
   """
   placed = [tuple(o) for o in obstacles]
   centres = np.zeros_like(anchors, dtype=float)
@@ -334,8 +336,14 @@ def place_labels(anchors: np.ndarray, sizes: np.ndarray, obstacles: Sequence[tup
     best = None
     for radius in np.arange(0.0, 400.0, 6.0):
       for angle in (angles if radius else [0.0]):
-        cx, cy = x + radius * np.cos(angle), y + (radius + (h / 2 if radius else 0.0)) * np.sin(angle)
+        # the box's near edge (not its centre) is ``radius`` away: a label beside its point is as close
+        # as one above it
+        edge = (w / 2, h / 2) if radius else (0.0, 0.0)
+        cx, cy = x + (radius + edge[0]) * np.cos(angle), y + (radius + edge[1]) * np.sin(angle)
         box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+        if bounds is not None and not (bounds[0] <= box[0] and box[2] <= bounds[2]
+                                       and bounds[1] <= box[1] and box[3] <= bounds[3]):
+          continue
         if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
           best = (cx, cy, box)
           break
@@ -346,6 +354,34 @@ def place_labels(anchors: np.ndarray, sizes: np.ndarray, obstacles: Sequence[tup
     centres[i] = best[:2]
     placed.append(best[2])
   return centres
+
+
+def label_points(ax, x: Sequence[float], y: Sequence[float], names: Sequence[str], *, fontsize: float = 7.0,
+                 bold: set[str] = frozenset(), inside: bool = False) -> list:
+  """Label every point (x[i], y[i]) of ``ax`` with ``names[i]``, no two labels overlapping and none on a
+  point: :func:`place_labels` in display units, with a thin leader line back to a point whose label had
+  to move away from it. ``inside``: labels stay inside the axes (for panels side by side). Call after
+  the axes' limits and scales are final (positions are computed in display units). Returns the labels.
+  """
+  fig = ax.figure
+  anchors = ax.transData.transform(np.column_stack([x, y])) if len(names) else np.zeros((0, 2))
+  labels = [ax.annotate(name, (xi, yi), textcoords="data", fontsize=fontsize, ha="center", va="center",
+                        zorder=4, fontweight="bold" if name in bold else "normal")
+            for xi, yi, name in zip(x, y, names)]
+  renderer = fig.canvas.get_renderer()
+  sizes = np.asarray([[b.width + 3.0, b.height + 2.0] for b in
+                      (label.get_window_extent(renderer) for label in labels)]).reshape(-1, 2)
+  dots = [(px - 3, py - 3, px + 3, py + 3) for px, py in anchors]
+  frame = ax.get_window_extent(renderer)
+  bounds = (frame.x0 + 1, frame.y0 + 1, frame.x1 - 1, frame.y1 - 1) if inside else None
+  centres = place_labels(anchors, sizes, dots, bounds=bounds)
+  to_data = ax.transData.inverted()
+  for label, anchor, centre in zip(labels, anchors, centres):
+    label.xyann = tuple(to_data.transform(centre))
+    if np.hypot(*(centre - anchor)) > 1.0:  # a leader line back to the point
+      ax.annotate("", (label.xy), xytext=label.xyann, textcoords="data", zorder=3,
+                  arrowprops=dict(arrowstyle="-", color="0.4", lw=0.5, shrinkA=3, shrinkB=0))
+  return labels
 
 
 def bubble_figure(points: Sequence[dict], title: str, xlabel: str, out_stem: str) -> list[str]:
@@ -376,19 +412,5 @@ def bubble_figure(points: Sequence[dict], title: str, xlabel: str, out_stem: str
   ax.grid(True, which="both", alpha=0.3)
   ax.set_title(title, fontsize=9)
   front = pareto_front(points) | {"vanilla", "flash"}
-  anchors = ax.transData.transform(np.column_stack([speeds, accuracy])) if len(points) else np.zeros((0, 2))
-  labels = [ax.annotate(p["name"], (p["speed"], p["accuracy"]), textcoords="data", fontsize=6.5, ha="center",
-                        va="center", zorder=4, fontweight="bold" if p["name"] in front else "normal")
-            for p in points]
-  renderer = fig.canvas.get_renderer()
-  sizes = np.asarray([[b.width + 3.0, b.height + 2.0] for b in
-                      (label.get_window_extent(renderer) for label in labels)]).reshape(-1, 2)
-  dots = [(x - 2, y - 2, x + 2, y + 2) for x, y in anchors]
-  centres = place_labels(anchors, sizes, dots)
-  to_data = ax.transData.inverted()
-  for label, anchor, centre in zip(labels, anchors, centres):
-    label.xyann = tuple(to_data.transform(centre))
-    if np.hypot(*(centre - anchor)) > 1.0:  # a leader line back to the bubble's centre
-      ax.annotate("", (label.xy), xytext=label.xyann, textcoords="data", zorder=3,
-                  arrowprops=dict(arrowstyle="-", color="0.4", lw=0.5, shrinkA=3, shrinkB=0))
+  label_points(ax, speeds, accuracy, [p["name"] for p in points], fontsize=6.5, bold=front)
   return save(fig, out_stem + ".png", out_stem + ".svg")

@@ -16,7 +16,6 @@ import math
 import os
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 
 import attention_zoo
@@ -265,7 +264,8 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
 
 def state_size_figure(best: pd.DataFrame, title: str, out_stem: str) -> list[str]:
   """Accuracy against state size (log x), one panel per (task, length), one labelled point per
-  attention (its best width) — the Based paper's trade-off."""
+  attention (its best width) — the Based paper's trade-off. Labels never overlap each other or a point
+  and stay inside their panel (:func:`plots.label_points`)."""
   from lra_bench.report import plots
 
   data = best.dropna(subset=["state_size"])
@@ -274,18 +274,14 @@ def state_size_figure(best: pd.DataFrame, title: str, out_stem: str) -> list[str
   panels = list(data.groupby(["task", "seq_len"]).groups)
   plt = plots.pyplot()
   fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+  parts = []
   for ax, (task, seq_len) in zip(axes[0], panels):
     part = data[(data["task"] == task) & (data["seq_len"] == seq_len)]
     part = part.loc[part.groupby("attention")["accuracy"].idxmax()]
+    parts.append(part)
     x = part["state_size"].astype(float).to_numpy()
     y = part["accuracy"].to_numpy()
     ax.scatter(x, y, s=22, color="tab:blue", zorder=3)
-    placed: list[tuple[float, float]] = []
-    for xi, yi, name in sorted(zip(x, y, part["attention"]), key=lambda p: (-p[1], p[0])):
-      # a label near an earlier one (same state, similar accuracy) goes below its point instead
-      near = any(abs(np.log(xi / px)) < 0.15 and abs(yi - py) < 6 for px, py in placed)
-      ax.annotate(name, (xi, yi), textcoords="offset points", xytext=(4, -10 if near else 3), fontsize=7)
-      placed.append((xi, yi))
     lo, hi = float(x.min()), float(x.max())
     plots.set_log_axis(ax, "x", x, ticks=plots.nice_log_ticks(lo / 1.3, hi * 1.3, max_ticks=5))
     ax.set_ylim(-2, 105)
@@ -294,6 +290,10 @@ def state_size_figure(best: pd.DataFrame, title: str, out_stem: str) -> list[str
     ax.set_title(f"{task}, L = {int(seq_len)}", fontsize=10)
     ax.grid(alpha=0.3)
   fig.suptitle(title, fontsize=11)
+  fig.subplots_adjust(wspace=0.3)
+  for ax, part in zip(axes[0], parts):  # once the layout is final: labels are placed in display units
+    plots.label_points(ax, part["state_size"].astype(float).to_numpy(), part["accuracy"].to_numpy(),
+                       list(part["attention"]), fontsize=7, inside=True)
   return plots.save(fig, out_stem + ".png", out_stem + ".svg")
 
 
