@@ -211,12 +211,55 @@ def _keys(query: jax.Array, normalize: bool) -> jax.Array:
   return (acc * jax.lax.rsqrt(jnp.mean(acc * acc, -1, keepdims=True) + 1e-6)).astype(query.dtype)
 
 
+def _joint_softmax_in_sorted_order(logits, allowed, values, order, undo, dropout):
+  """ONE masked softmax per query over the windows of all its rounds, contracted with the window
+  values, without moving the [.., C, K] logits or weights out of sorted order.
+
+  logits, allowed [B, H, M, C, K] and values [B, H, M, K, V] are in sorted (chunked) order, M·C = R·P
+  slots, slot s of round r holding position ``order[.., r, s]`` (``undo`` is its inverse). Only
+  per-slot statistics ([B, H, R, P]: the row maxima, the row sums) and the per-slot outputs
+  ([B, H, R, P, V]) are put back in query order (gathers by ``undo``); the per-query maximum over all
+  rounds goes back to the slots by ``order``. The unnormalized weights ``exp(logit - max) * allowed``
+  are contracted in sorted order, the rounds' outputs and sums added per query, and the sum divided by
+  the sum (:func:`_common.normalize`): the same values as a softmax over the concatenation of the
+  query's R windows (up to float rounding: sums taken per round first), and the same as
+  :func:`_common.joint_masked_attention` on the windows gathered into query order (what this core did
+  before 2026-11-29), which moved the R·K logits, mask entries and weights of every query between the
+  orders, forward and back (R·K = 256 at the ``xiong`` preset, where this moves R·(V + 2) = 68 values).
+  ``dropout(weights, 0)`` (optional) drops unnormalized weights (in sorted order); the normalizer uses
+  the undropped ones. Returns [B, H, P, V], float32 or wider.
+  """
+  batch, heads, rounds, padded = order.shape
+
+  def to_queries(x):
+    """Per-slot [B, H, M, C, ...] -> query order [B, H, R, P, ...]."""
+    x = x.reshape(batch, heads, rounds, padded, *x.shape[4:])
+    return jnp.take_along_axis(x, undo.reshape(undo.shape + (1,) * (x.ndim - 4)), axis=3)
+
+  def to_slots(x):
+    """Per-query [B, H, P] -> per-slot [B, H, M, C] (each round's copy in its sorted order)."""
+    x = jnp.take_along_axis(jnp.broadcast_to(x[:, :, None], order.shape), order, axis=3)
+    return x.reshape(logits.shape[:4])
+
+  masked = jnp.where(allowed, logits.astype(_common.accum_dtype(logits)), _common.NEG_INF)
+  peak = jax.lax.stop_gradient(jnp.max(to_queries(jnp.max(masked, -1)), axis=2))         # [B, H, P]
+  weights = jnp.exp(masked - to_slots(peak)[..., None]) * allowed
+  total = jnp.sum(to_queries(jnp.sum(weights, -1)), axis=2)                            # [B, H, P]
+  if dropout is not None:
+    weights = dropout(weights, 0)
+  out = jnp.sum(to_queries(_common.contraction("bhmck,bhmkv->bhmcv", values)(weights)), axis=2)
+  return _common.normalize(out, total)
+
+
 def _lsh_attend(query, value, mask, order, chunk, cfg, dropout):
   """query [B, P, H, D], value [B, P, H, V], mask [B, P], order [B, H, R, P] -> [B, P, H, V]."""
   batch, padded, heads = query.shape[:3]
   rounds = order.shape[2]
   slots = order.reshape(batch, heads, rounds * padded)                      # original position per slot
-  undo = jnp.argsort(order, axis=-1)                                         # slot (in round) per position
+  # slot (in round) per position: the inverse permutation, written by a scatter (a second argsort
+  # would sort again: 30 ms alone at the xiong shapes)
+  undo = jnp.put_along_axis(jnp.zeros_like(order), order, jnp.broadcast_to(
+      jnp.arange(padded, dtype=order.dtype), order.shape), axis=-1, inplace=False)
 
   def gather(x):
     """[B, P, H, X] -> sorted chunks [B, H, M, C, X]."""
@@ -241,22 +284,8 @@ def _lsh_attend(query, value, mask, order, chunk, cfg, dropout):
   if cfg.causal:
     allowed = allowed & (kpos[..., None, :] <= qpos[..., :, None])
 
-  def to_queries(x):
-    """Sorted [B, H, M, C, K] -> query order [B, H, P, R*K]."""
-    x = x.reshape(batch, heads, rounds, padded, -1)
-    x = jnp.take_along_axis(x, undo[..., None], axis=3)
-    return jnp.moveaxis(x, 2, 3).reshape(batch, heads, padded, -1)
-
-  def contract(weights):
-    """Weights [B, H, P, R*K] in query order -> [B, H, P, V]."""
-    w = jnp.moveaxis(weights.reshape(batch, heads, padded, rounds, -1), 3, 2)   # [B, H, R, P, K]
-    w = jnp.take_along_axis(w, order[..., None], axis=3).reshape(logits.shape)  # sorted
-    out = _common.contraction("bhmck,bhmkv->bhmcv", sv)(w)
-    out = jnp.take_along_axis(out.reshape(batch, heads, rounds, padded, -1), undo[..., None], axis=3)
-    return jnp.sum(out, axis=2)
-
   allowed = jnp.broadcast_to(allowed, logits.shape)
-  out = _common.joint_masked_attention([(to_queries(logits), to_queries(allowed), contract)], dropout)
+  out = _joint_softmax_in_sorted_order(logits, allowed, sv, order, undo, dropout)   # [B, H, P, V]
   return jnp.moveaxis(out, 1, 2)                                             # [B, P, H, V]
 
 
