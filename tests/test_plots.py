@@ -250,7 +250,7 @@ def test_state_size_figure_labels_clear_each_other_points_and_panel(tmp_path, ca
         ("cosformer", 8400, 26.3), ("s4d", 8300, 25.8), ("linear_transformer", 16640, 26.5),
         ("rfa", 16900, 25.0), ("performer", 16900, 24.0), ("luna", 34000, 24.9)):
       rows.append({"task": "mqar", "seq_len": seq_len, "attention": name, "state_size": state,
-                   "accuracy": max(accuracy + shift, 0.0), "d_model": 64})
+                   "accuracy": max(accuracy + shift, 0.0), "d_model": 64, "rising": name == "local"})
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     recall.state_size_figure(pd.DataFrame(rows), "Recall vs causal state", str(tmp_path / "state"))
@@ -271,3 +271,7 @@ def test_state_size_figure_labels_clear_each_other_points_and_panel(tmp_path, ca
     covered = [t.get_text() for t, b in zip(labels, boxes)
                if any(b.x0 - 2 < px < b.x1 + 2 and b.y0 - 2 < py < b.y1 + 2 for px, py in points)]
     assert not covered
+    # the one run still rising at its end is drawn open (white inside), the others filled
+    filled, open_ = (np.asarray(c.get_facecolors()) for c in ax.collections[:2])
+    assert len(open_) == 1 and np.allclose(open_[0], 1.0) and not np.allclose(filled, 1.0)
+  assert any(t.get_text().startswith("open marker: still rising") for t in fig.texts)

@@ -158,3 +158,28 @@ def test_zoology_initialises_as_its_init_weights_and_recall_cpu_keeps_the_encode
 def test_cores_without_a_causal_form_are_listed():
   no_causal = recall.no_causal_forms()
   assert "linformer" in no_causal and "vanilla" not in no_causal and "local" not in no_causal
+
+
+@pytest.mark.parametrize("curve, rising", [
+    ([[2000, 0.092], [4000, 0.153], [6000, 0.366]], True),    # vanilla at width 128: the jump under way
+    ([[2000, 0.046], [4000, 0.504], [6000, 0.678]], True),
+    ([[2000, 0.259], [4000, 0.263], [6000, 0.253]], False),   # flat: the budget is not what limits it
+    ([[2000, 0.997], [4000, 1.0], [6000, 1.0]], False),       # done
+    ([[2000, 0.50], [4000, 0.30], [6000, 0.36]], False),      # up 6 points, but below its best
+    ([[2000, 0.10], [4000, 0.149]], False),                   # 4.9 points: under the threshold
+    ([[6000, 0.9]], False), (None, False)])
+def test_a_run_still_climbing_at_its_end_is_recognised(curve, rising):
+  assert recall.still_rising(curve) is rising
+
+
+def test_a_cell_still_rising_is_marked_in_the_table(tmp_path):
+  climbing = _record(tmp_path, "vanilla", 1e-3, 0.366)
+  climbing["val_curve"] = [[2000, 0.092], [4000, 0.153], [6000, 0.366]]
+  flat = _record(tmp_path, "local", 1e-3, 0.26)
+  flat["val_curve"] = [[2000, 0.259], [4000, 0.263], [6000, 0.253]]
+  rep = recall.recall_tables(recall.recall_frame([climbing, flat]), "zoology", recall.load_reference(None))
+  rows = {row[0]: row for row in rep.tables[0].rows}
+  assert rows["vanilla"][1].startswith("36.6 ↑ [") and "↑" not in rows["local"][1]
+  assert any(note.startswith("↑: still rising") for note in rep.tables[0].footnotes)
+  settled = recall.recall_tables(recall.recall_frame([flat]), "zoology", recall.load_reference(None))
+  assert not any("still rising" in note for note in settled.tables[0].footnotes)
