@@ -18,7 +18,8 @@ Shared QK: the core attends with the *query* as both query and key; the ``key`` 
    Padded keys get exactly zero weight; ``causal`` masks keys at a later original position.
 4. Rounds are combined with weights ``softmax_r(logsumexp_r)``. This is exactly ONE softmax over the
    concatenation of the query's R windows, which is how it is computed here
-   (``_common.joint_masked_attention`` on the windows gathered back into query order).
+   (``_joint_softmax_in_sorted_order``: the weights stay in sorted order, only per-slot statistics and
+   outputs go back to query order).
 
 Sizes: the chunk length ``C = chunk_len`` (64) is fixed, and ``n_buckets`` defaults to the even number
 ≈ P / C, so a bucket holds about one chunk and the cost grows like L log L.
