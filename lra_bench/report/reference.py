@@ -242,7 +242,9 @@ FOLLOWUP_NAMES = {"Nystromformer": "nystromformer", "Skyformer": "skyformer", "F
                   "Luna-256": "luna", "H-Transformer-1D": "h_transformer_1d", "Standard": "vanilla",
                   "Reformer (2 hashes)": "reformer", "Linformer (k=256)": "linformer",
                   "Performer (256)": "performer", "S4D-LegS": "s4d", "S5": "s5", "LRU": "lru", "Mega": "mega",
-                  "Mega-chunk": "mega_chunk"}
+                  "Mega-chunk": "mega_chunk", "Self-Attention": "vanilla", "Kernelized Attention": "kernelized",
+                  "Linformer": "linformer", "Informer": "informer", "Performer": "performer", "Reformer": "reformer",
+                  "BigBird": "bigbird"}
 
 
 # Which of our protocols reproduces a follow-up source's setup (its per-model settings in configs/).
