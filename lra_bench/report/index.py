@@ -115,9 +115,10 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                  attention_fits: Callable[[Any, str, str], None] | None = None) -> list[str]:
   """Writes every table and figure of ``results_dir``'s records into ``out_dir``; returns the paths.
 
-  ``attention_compiler`` / ``attention_fits``: how the attention patterns' probe is compiled and checked
-  for memory before it runs (``viz.plot_attention_grid``'s ``compiler`` / ``fits``; the command line
-  passes training's)."""
+  ``attention_names``: the attentions whose effective patterns are drawn (None: every registered one;
+  an empty list: no patterns section). ``attention_compiler`` / ``attention_fits``: how the attention
+  patterns' probe is compiled and checked for memory before it runs (``viz.plot_attention_grid``'s
+  ``compiler`` / ``fits``; the command line passes training's)."""
   records, unreadable = results.read_records(results_dir)
   results.warn_unreadable(unreadable)
   reference_acc, reference_eff = load_reference(reference_dir)
@@ -172,8 +173,9 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
     out.written += bubble[0]
     out.index += ["## Accuracy vs speed (LRA Fig. 3)", "", f"![bubble]({out.rel(bubble[0][0])})", "",
                   bubble[1], ""]
-  _patterns_section(out, attention_names or attention_zoo.list_attentions(), attention_length,
-                    compiler=attention_compiler, fits=attention_fits)
+  names = attention_zoo.list_attentions() if attention_names is None else list(attention_names)
+  if names:  # an empty list: no patterns section (None: every registered attention)
+    _patterns_section(out, names, attention_length, compiler=attention_compiler, fits=attention_fits)
   out.write(os.path.join(out_dir, "index.md"), "\n".join(out.index))
   return out.written
 
