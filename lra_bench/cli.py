@@ -450,6 +450,8 @@ def _add_report(commands, common) -> None:
   p.add_argument("--reference_dir", type=_path, help="published numbers (default: reports/reference)")
   p.add_argument("--length", type=int_at_least(1), default=64, help="sequence length of the "
                  "effective-attention probe")
+  p.add_argument("--patterns", type=names, default="all", help="the attentions whose effective-attention "
+                 "patterns are drawn: 'all' (every registered one, ~1 s each on a CPU), 'none', or a comma list")
 
 
 def _add_viz(commands, common) -> None:
@@ -699,8 +701,16 @@ def _report(args: argparse.Namespace) -> str:
     raise UsageError(f"--reference_dir: {problem}")
   out = args.out or checked_output_dir("--out", os.path.join(args.results_dir, "report"))
   # The heatmaps' probe compiled as every other program of the package (and refused where it cannot fit).
+  patterns = [] if args.patterns == "none" else None if args.patterns == "all" else args.patterns
+  if patterns:
+    import attention_zoo
+
+    try:
+      patterns = grid.parse_names(patterns, attention_zoo.list_attentions(), "attention")
+    except ValueError as err:
+      raise UsageError(f"--patterns: {err}") from None
   paths = index.write_report(args.results_dir, out, reference_dir=args.reference_dir,
-                             attention_length=args.length,
+                             attention_length=args.length, attention_names=patterns,
                              command="lra-bench " + " ".join(map(shlex.quote, sys.argv[1:])),
                              attention_compiler=steps.compile_run_once, attention_fits=xla_stats.check_fits)
   return f"wrote {len(paths)} files; start at {os.path.join(out, 'index.md')}"

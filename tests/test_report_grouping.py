@@ -176,13 +176,15 @@ def test_json_lines_that_are_not_records_are_skipped_by_report_and_suite(tmp_pat
   assert len(records) == 1 and [u.split(": ")[0] for u in unreadable] == [f"{path}:{i}" for i in range(2, 8)]
   # report (the command): one warning per line, exit 0, the index lists them
   proc = subprocess.run([sys.executable, "-m", "lra_bench", "report", "--results_dir", results_dir,
-                         "--length", "8"], cwd=REPO, capture_output=True, text=True, timeout=300)
+                         "--length", "8", "--patterns", "none"], cwd=REPO, capture_output=True, text=True,
+                        timeout=300)
   assert proc.returncode == 0, proc.stderr
   warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
   assert len(warnings) == 6 and f"{path}:3: not a record: no 'task'" in proc.stderr
   assert "Traceback" not in proc.stderr
   index = open(os.path.join(results_dir, "report", "index.md")).read()
   assert f"`{path}:4: 'test_accuracy' is 'high', not a number" in index
+  assert "## Effective attention patterns" not in index   # --patterns none
   # suite: plans, checks and records around the lines (no data: a no_data record, quickly)
   summary = suite.run_suite("smoke", "listops", "performer", "0", results_dir=results_dir,
                             data_dir=str(tmp_path / "no_data"), progress=False)
@@ -218,3 +220,21 @@ def test_report_mistyped_reference_dir(tmp_path, capsys, where):
   assert "lra_paper_accuracy.csv" in err[0] and "leave --reference_dir out" in err[0]
   assert not out.exists()  # nothing half-written
   assert report_index.reference_problem(reference.DEFAULT_REFERENCE_DIR) is None
+
+
+def test_report_draws_the_patterns_it_is_asked_for(tmp_path, capsys):
+  """``--patterns``: a comma list draws those cores only; an unknown name is one clear error before
+  anything is written."""
+  results_dir = str(tmp_path / "results")
+  _results_with_non_records(results_dir)
+  out = tmp_path / "out"
+  assert _report("--results_dir", results_dir, "--out", str(out), "--length", "8",
+                 "--patterns", "vanilla,local") == 0
+  index = (out / "index.md").read_text()
+  assert "## Effective attention patterns" in index and (out / "attention_patterns.png").exists()
+  capsys.readouterr()
+  bad = tmp_path / "bad"
+  assert _report("--results_dir", results_dir, "--out", str(bad), "--patterns", "vanila") == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error: --patterns: unknown attention 'vanila'")
+  assert not bad.exists()
