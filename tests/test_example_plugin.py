@@ -126,8 +126,12 @@ def test_one_cell_smoke_suite_records_it_and_the_report_lists_it(env, listops_di
   assert [(r["attention"], r["task"], r["status"]) for r in records] == [("my_attention", "listops", "ok")]
   accuracy = records[0]["test_accuracy"]
   out = str(tmp_path / "report")
-  proc = _lra_bench(env, "report", f"--results_dir={results_dir}", f"--out={out}")
+  # the plugin's own effective-attention panel (the other registered cores' are not what this tests)
+  proc = _lra_bench(env, "report", f"--results_dir={results_dir}", f"--out={out}", "--patterns=my_attention")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert os.path.exists(os.path.join(out, "attention_patterns.png"))
+  with open(os.path.join(out, "index.md")) as f:
+    assert "my_attention: could not be probed" not in f.read()
   with open(os.path.join(out, "accuracy_smoke.csv"), newline="") as f:
     rows = [r for r in csv.DictReader(f) if (r["attention"], r["task"]) == ("my_attention", "listops")]
   assert len(rows) == 1 and rows[0]["n"] == "1", rows
