@@ -699,16 +699,16 @@ def _report(args: argparse.Namespace) -> str:
   problem = index.reference_problem(args.reference_dir)
   if problem:
     raise UsageError(f"--reference_dir: {problem}")
-  out = args.out or checked_output_dir("--out", os.path.join(args.results_dir, "report"))
-  # The heatmaps' probe compiled as every other program of the package (and refused where it cannot fit).
-  patterns = [] if args.patterns == "none" else None if args.patterns == "all" else args.patterns
-  if patterns:
+  patterns = []
+  if args.patterns != "none":
     import attention_zoo
 
-    try:
-      patterns = grid.parse_names(patterns, attention_zoo.list_attentions(), "attention")
+    try:  # 'all' or the named ones, each checked against the registry
+      patterns = grid.parse_names(args.patterns, attention_zoo.list_attentions(), "attention")
     except ValueError as err:
       raise UsageError(f"--patterns: {err}") from None
+  out = args.out or checked_output_dir("--out", os.path.join(args.results_dir, "report"))
+  # The heatmaps' probe compiled as every other program of the package (and refused where it cannot fit).
   paths = index.write_report(args.results_dir, out, reference_dir=args.reference_dir,
                              attention_length=args.length, attention_names=patterns,
                              command="lra-bench " + " ".join(map(shlex.quote, sys.argv[1:])),

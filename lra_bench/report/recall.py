@@ -16,7 +16,6 @@ import math
 import os
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 
 import attention_zoo
@@ -139,7 +138,7 @@ def best_of_sweep(frame: pd.DataFrame) -> pd.DataFrame:
                  "best_lr": first["lr"], "labels": labels, "state_size": first["state_size"],
                  "ci_low": None if interval is None else 100.0 * interval[0],
                  "ci_high": None if interval is None else 100.0 * interval[1],
-                 "rising": bool(group["rising"].any()) if "rising" in group else False})
+                 "rising": bool(group["rising"].any())})
   out = pd.DataFrame(rows)
   out["kv"] = out["kv"].where(out["kv"] != -1, None)
   return out
@@ -234,7 +233,6 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
     rows, bold = [], set()
     attentions = sorted(rows_of_task["attention"].unique(), key=lambda n: (n != "vanilla", n))
     values: dict[tuple[int, int], float] = {}
-    rising_here = False
     for i, attention in enumerate(attentions):
       row = [attention]
       for j, (seq_len, kv, d_model) in enumerate(settings):
@@ -246,9 +244,8 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
           continue
         c = cell.iloc[0]
         interval = "" if c["ci_low"] is None or pd.isna(c["ci_low"]) else f" [{c['ci_low']:.1f}, {c['ci_high']:.1f}]"
-        mark = f" {RISING_MARK}" if c.get("rising", False) else ""
+        mark = f" {RISING_MARK}" if c["rising"] else ""
         row.append(f"{c['accuracy']:.1f}{mark}{interval} ({int(c['runs'])} run{'s' if c['runs'] != 1 else ''})")
-        rising_here = rising_here or bool(mark)
         values[i, j + 1] = float(c["accuracy"])
       rows.append(row)
     for j in range(1, len(columns)):  # the best of ours per setting in bold
@@ -271,7 +268,7 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
         "and protocol columns); pixel reads of a figure are ±3 points."
         + ("" if source_protocol == protocol else
            f" `{protocol}` shortens `{source_protocol}`'s training: the same data setting, fewer steps.")]
-    if rising_here:
+    if rows_of_task["rising"].any():
       footnotes.append(f"{RISING_MARK}: still rising when its training ended (its last validation accuracy is its best "
                        f"and {RISING_POINTS:.0f}+ points above the evaluation before): a lower bound set by the "
                        "budget, not where the method ends.")
@@ -306,7 +303,7 @@ def state_size_figure(best: pd.DataFrame, title: str, out_stem: str) -> list[str
     parts.append(part)
     x = part["state_size"].astype(float).to_numpy()
     y = part["accuracy"].to_numpy()
-    rising = part["rising"].fillna(False).astype(bool).to_numpy() if "rising" in part else np.zeros(len(x), bool)
+    rising = part["rising"].to_numpy(bool)
     ax.scatter(x[~rising], y[~rising], s=22, color="tab:blue", zorder=3)
     ax.scatter(x[rising], y[rising], s=22, facecolors="white", edgecolors="tab:blue", zorder=3)
     any_rising = any_rising or bool(rising.any())
@@ -346,7 +343,7 @@ def width_figure(best: pd.DataFrame, title: str, out_stem: str) -> list[str]:
       line = part[part["attention"] == name].sort_values("d_model")
       if not line.empty:
         ax.plot(line["d_model"], line["accuracy"], marker="o", ms=3, color=colors[name], label=name)
-        rising = line[line["rising"].fillna(False).astype(bool)] if "rising" in line else line.iloc[:0]
+        rising = line[line["rising"]]
         if not rising.empty:
           ax.plot(rising["d_model"], rising["accuracy"], ls="none", marker="o", ms=5, color=colors[name],
                   markerfacecolor="white", zorder=3)
