@@ -159,11 +159,17 @@ def test_grid_as_a_job_array_every_cell_once_then_a_rerun_submits_nothing(listop
 
 
 def _wait_then_set_begin_now(job, timeout_s):
-  """A requeued job waits for its begin time (SLURM adds a delay); move it to now, once it is pending."""
+  """A requeued job waits for its begin time (SLURM adds a delay); move it to now, once it is pending.
+
+  Not at once: SLURM's delay is there because slurmd revokes the killed job's credential with a
+  one-second clock and refuses a credential of the same job issued in that second or before ("Killing
+  non-startable batch JobId=N: Job credential revoked" in slurmctld's log, the job then ends without
+  running). Two seconds after the requeue is past it."""
   deadline = time.time() + timeout_s
   while time.time() < deadline:
     rows = _squeue(job)
     if rows and rows[0][1] == "PENDING":
+      time.sleep(2)
       subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True, timeout=QUERY_TIMEOUT_S)
       return
     time.sleep(0.2)
