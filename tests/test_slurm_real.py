@@ -125,9 +125,26 @@ def _suite(results_dir, data_dir, overrides, seeds="0", **options):
 
 
 def _only_record(results_dir):
+  """The one record of ``results_dir``; without it, the failure shows the workers' logs (the submitit
+  folder) and what slurmctld said about their jobs, which is where the cause is."""
   records = results.load_records(results_dir)
-  assert len(records) == 1, records
+  assert len(records) == 1, f"{len(records)} records in {results_dir}\n{_worker_logs(results_dir)}"
   return records[0]
+
+
+def _worker_logs(results_dir):
+  log_dir, lines = os.path.join(results_dir, "submitit"), []
+  for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
+    if name.endswith(("_log.out", "_log.err")):
+      with open(os.path.join(log_dir, name), errors="replace") as f:
+        lines += [f"== {name}", *f.read().splitlines()[-30:]]
+  jobs = {name.split("_")[0] for name in os.listdir(log_dir)} if os.path.isdir(log_dir) else set()
+  ctld = os.path.join(STATE_DIR, "log", "slurmctld.log")
+  if jobs and os.path.exists(ctld):
+    with open(ctld, errors="replace") as f:
+      lines += ["== slurmctld.log", *[line.rstrip() for line in f
+                                       if any(re.search(rf"\bJobId={job}\b|\bjob {job}\b", line) for job in jobs)]]
+  return "\n".join(lines)
 
 
 @pytest.mark.slurm
