@@ -133,17 +133,18 @@ def _only_record(results_dir):
 
 
 def _worker_logs(results_dir):
-  log_dir, lines = os.path.join(results_dir, "submitit"), []
-  for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
+  log_dir = os.path.join(results_dir, "submitit")
+  names, lines = sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else [], []
+  for name in names:
     if name.endswith(("_log.out", "_log.err")):
       with open(os.path.join(log_dir, name), errors="replace") as f:
         lines += [f"== {name}", *f.read().splitlines()[-30:]]
-  jobs = {name.split("_")[0] for name in os.listdir(log_dir)} if os.path.isdir(log_dir) else set()
+  jobs = sorted({name.split("_")[0] for name in names})
   ctld = os.path.join(STATE_DIR, "log", "slurmctld.log")
   if jobs and os.path.exists(ctld):
+    about = re.compile(rf"\b(JobId=|job )({'|'.join(jobs)})\b")
     with open(ctld, errors="replace") as f:
-      lines += ["== slurmctld.log", *[line.rstrip() for line in f
-                                       if any(re.search(rf"\bJobId={job}\b|\bjob {job}\b", line) for job in jobs)]]
+      lines += ["== slurmctld.log", *[line.rstrip() for line in f if about.search(line)]]
   return "\n".join(lines)
 
 
