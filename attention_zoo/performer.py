@@ -27,9 +27,15 @@ only then, so the softmax kernel ran. Its quirks, as that preset reproduces them
 D^{1/4} before ``softmax_kernel`` scales them by D^{-1/4} again (``input_normalizations=2``: exp(q·k/D)),
 ε = 1e-4 (performer_pytorch's), chi row norms (``ortho_scaling=0``), one matrix per layer drawn when the
 model is built and never redrawn (``redraw="fixed"``), and no attention dropout. It zeroed padded keys
-(``K * mask``), which still get the feature ``M^{-1/2}(exp(−max) + ε)`` and so weight in the
-denominator; here padded keys get zero weight (below). Its key stabilizer is one max over the whole
-batch (here per batch and head; it cancels in the ratio up to the ε term).
+(``K * mask``, ``V * mask``), which still get the feature ``M^{-1/2}(exp(−max) + ε)`` and so weight in
+the denominator with a zero value; here padded keys get zero weight (below; ``padded_keys="zeroed"``
+reproduces theirs). Its key stabilizer is one max of ``x̃Wᵀ`` over the whole batch, heads, keys and
+features (here one max of ``z`` per batch and head; ``key_stabilizer="global"`` reproduces theirs). Both
+cancel in the ratio up to the ε term, but theirs is larger than any key's own ``z`` (it omits the
+``−|x̃|²/2``, and it is the largest of B·H·L·M values), so more of every key's feature is ε: with ε = 1e-4
+the features of keys whose ``z`` lies ~9 below the maximum are mostly ε, i.e. equal for all such keys.
+(performer_pytorch releases that did not detach that max passed an O(ε) gradient through it; here it
+is a constant, as in its later releases.)
 
 Differences from the reference code (google-research ``fast_attention.py`` / the LRA fork):
 
@@ -107,6 +113,12 @@ class PerformerConfig(AttentionConfig):
       features: 1 (FAVOR+: the features estimate exp(q·k/√D), softmax attention) or 2 (Xiong et al.'s
       LRA code, which divides q and k by D^{1/4} and then calls performer_pytorch's ``softmax_kernel``,
       which scales by D^{-1/4} again: the features estimate exp(q·k/D), a softmax at temperature √D).
+    padded_keys: ``"masked"`` (padded keys get zero features: zero weight) or ``"zeroed"`` (Xiong et
+      al.'s ``K * mask`` and ``V * mask``: padded keys enter the sums as zero vectors, so each has the
+      feature of a zero key and weighs in the denominator with a zero value; bidirectional only).
+    key_stabilizer: ``"per_head"`` (one max of ``z`` over real keys and features per batch and head) or
+      ``"global"`` (performer_pytorch's 2021 ``softmax_kernel``: one max of ``x̃Wᵀ``, without the
+      ``−|x̃|²/2``, over the whole batch, heads, keys and features; bidirectional softmax kernel only).
   """
 
   family = "kernel"
@@ -120,6 +132,8 @@ class PerformerConfig(AttentionConfig):
   kernel_epsilon: float = 1e-3
   causal_chunk: int = 64
   input_normalizations: int = 1
+  padded_keys: str = "masked"
+  key_stabilizer: str = "per_head"
 
   paper_name = "Performer"
 
@@ -134,6 +148,14 @@ class PerformerConfig(AttentionConfig):
       raise ValueError(f"performer input_normalizations must be 1 or 2, got {self.input_normalizations!r}")
     if self.input_normalizations != 1 and self.kernel != "softmax":
       raise ValueError("performer input_normalizations applies to kernel='softmax' only")
+    for field, allowed in (("padded_keys", ("masked", "zeroed")), ("key_stabilizer", ("per_head", "global"))):
+      if getattr(self, field) not in allowed:
+        raise ValueError(f"performer {field} must be one of {allowed}, got {getattr(self, field)!r}")
+    if self.causal and (self.padded_keys != "masked" or self.key_stabilizer != "per_head"):
+      raise ValueError("performer padded_keys='zeroed' and key_stabilizer='global' are bidirectional "
+                       "forms (Xiong et al.'s); a causal core keeps the defaults")
+    if self.key_stabilizer != "per_head" and self.kernel != "softmax":
+      raise ValueError("performer key_stabilizer applies to kernel='softmax' only")
 
   def state_size(self, length: int, num_heads: int, head_dim: int) -> int:
     """H·(F·D + F + 1): the running sums Σ φ(k) vᵀ and Σ φ(k), F = M (``nb_features``) and the running
@@ -188,7 +210,8 @@ def draw_projection(key: jax.Array, num_features: int, dim: int, *, orthogonal: 
 
 def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
                      mask: jax.Array | None = None, stabilizer: float = 1e-6,
-                     causal: bool = False, key_log_scale: bool = False, heads_first: bool = False):
+                     causal: bool = False, key_log_scale: bool = False, heads_first: bool = False,
+                     global_stabilizer: bool = False):
   """FAVOR+ features φ(x) [B, L, H, M] (float32 or wider) of ``x`` [B, L, H, D]; W [M, D].
 
   With ``z = x̃Wᵀ − |x̃|²/2`` (``x̃ = x·D^{-1/4}``), features are ``M^{-1/2}(exp(z − max) + ε)``.
@@ -204,12 +227,17 @@ def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
     strictly causal but far too large: ``exp(z − bound)`` is ~1e-21 at D = 64, M = 256, drowned by ε
     (the output becomes a running mean of v) or underflowing in float32. Prefer ``key_log_scale``.
 
+  - ``global_stabilizer=True``: one max of ``x̃Wᵀ`` (without ``−|x̃|²/2``) over the whole batch, heads,
+    real keys and features (performer_pytorch's 2021 keys, as Xiong et al. ran them). It cancels in the
+    ratio as the others do, up to ε, but it is larger than every key's own ``z``, so keys whose ``z`` lies
+    far below it get features ``≈ M^{-1/2}·ε``, the same for every such key.
+
   ``heads_first``: ``x`` and the features are [B, H, L, ...] (maxima and mask over the L axis 2).
   """
   dtype = _common.accum_dtype(x, projection)
   x = x.astype(dtype) * x.shape[-1] ** -0.25
-  z = jnp.einsum("...d,md->...m", x, projection.astype(dtype))
-  z = z - 0.5 * jnp.sum(x * x, axis=-1, keepdims=True)
+  dash = jnp.einsum("...d,md->...m", x, projection.astype(dtype))
+  z = dash - 0.5 * jnp.sum(x * x, axis=-1, keepdims=True)
   scale = projection.shape[0] ** -0.5
   if is_query:
     peak = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))         # [B, L, H, 1]
@@ -218,6 +246,9 @@ def softmax_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
   over_keys = (2, 3) if heads_first else (1, 3)
   if key_log_scale:
     peak = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))         # [B, L, H, 1]
+  elif global_stabilizer:
+    peak = jnp.max(dash if real is None else jnp.where(real, dash, _common.NEG_INF))
+    peak = jax.lax.stop_gradient(jnp.where(peak > 0.5 * _common.NEG_INF, peak, 0.0))
   elif causal:
     peak = jax.lax.stop_gradient(0.5 * jnp.max(jnp.sum(projection.astype(dtype) ** 2, axis=-1)))
   elif real is None:
@@ -298,6 +329,11 @@ class PerformerAttention(nn.Module):
     # ran in 0.7-0.9x the time of the FAVOR+ reference (scripts/compare_kernels.py, 2-core CPU). The
     # causal chunked prefix sums run heads first as well.
     query, key, value = (jnp.swapaxes(x, 1, 2) for x in (query, key, value))
+    if cfg.padded_keys == "zeroed" and mask is not None:
+      # Xiong et al.'s K * mask, V * mask: padded keys stay in the sums as zero vectors (zero values).
+      real = mask[:, None, :, None]
+      key, value = key * real.astype(key.dtype), value * real.astype(value.dtype)
+      mask = None
     log_scale = None
     if cfg.kernel == "softmax":
       projection = self.projection(dim, _common.accum_dtype(query, key))
@@ -306,7 +342,8 @@ class PerformerAttention(nn.Module):
         query, key = (x.astype(_common.accum_dtype(x)) * dim ** -0.25 for x in (query, key))
       q_features = softmax_features(query, projection, is_query=True, stabilizer=cfg.numerical_stabilizer)
       k_features = softmax_features(key, projection, is_query=False, mask=mask, heads_first=True,
-                                    stabilizer=cfg.numerical_stabilizer, key_log_scale=cfg.causal)
+                                    stabilizer=cfg.numerical_stabilizer, key_log_scale=cfg.causal,
+                                    global_stabilizer=cfg.key_stabilizer == "global")
       if cfg.causal:
         k_features, log_scale = k_features
     else:

@@ -277,3 +277,63 @@ def test_no_mask_equals_an_all_real_mask(x64, kernel):
     core = create("performer", kernel=kernel, nb_features=16, redraw="fixed", causal=causal, causal_chunk=8)
     np.testing.assert_allclose(np.asarray(run_core(core, q, k, v)),
                                np.asarray(run_core(core, q, k, v, np.ones((2, 20), bool))), rtol=1e-12)
+
+
+def numpy_xiong_favor(q, k, v, w, mask, eps=1e-4):
+  """Dense transcription of Xiong et al.'s performer call (``padded_keys="zeroed"``,
+  ``key_stabilizer="global"``): K·mask and V·mask enter as they are; query features as FAVOR+; key
+  features ``M^{-1/2}(exp(x̃Wᵀ − |x̃|²/2 − max(x̃Wᵀ)) + ε)`` with ONE max over batch, keys, heads and
+  features; output ``φ(Q)(φ(K)ᵀV) / φ(Q)Σφ(K)`` over every position, padded ones included."""
+  real = np.asarray(mask)[:, :, None, None]
+  k, v = np.asarray(k, np.float64) * real, np.asarray(v, np.float64) * real
+  x = k * k.shape[-1] ** -0.25
+  dash = np.einsum("blhd,md->blhm", x, np.asarray(w))
+  z = dash - 0.5 * (x**2).sum(-1, keepdims=True)
+  phi_k = (np.exp(z - dash.max()) + eps) / np.sqrt(w.shape[0])
+  return quadratic_form(numpy_favor_features(q, w, eps=eps), phi_k, v, False)
+
+
+def test_xiong_padding_and_global_stabilizer_equal_their_dense_definition(x64):
+  q, k, v = random_qkv(7, 2, 37, 2, 8, 3, dtype=jnp.float64)
+  k = k * 3.0   # spread the keys' z, so the global max leaves some keys' features mostly ε
+  mask = padded_mask(2, 37, 9)
+  core = create("performer", nb_features=24, numerical_stabilizer=1e-4, padded_keys="zeroed",
+                key_stabilizer="global")
+  out, sown = run_core(core, q, k, v, mask, intermediates=True)
+  w = np.asarray(sown["projection"][0])
+  expected = numpy_xiong_favor(q, k, v, w, mask)
+  np.testing.assert_allclose(np.asarray(out)[mask], expected[mask], rtol=1e-9, atol=1e-12)
+  # each option alone is another function than the default, and than the two together
+  default = np.asarray(run_core(create("performer", nb_features=24, numerical_stabilizer=1e-4), q, k, v, mask))
+  for option in ({"padded_keys": "zeroed"}, {"key_stabilizer": "global"}):
+    alone = np.asarray(run_core(create("performer", nb_features=24, numerical_stabilizer=1e-4, **option),
+                                q, k, v, mask))
+    for other in (default, np.asarray(out)):
+      assert np.abs(alone - other)[mask].max() > 1e-4, option
+
+
+def test_zeroed_padding_counts_padded_keys_but_ignores_their_contents(x64):
+  """Xiong et al.'s padding: the padded keys' contents do not matter (they are zeroed) but their NUMBER
+  does (each adds a zero key's weight to the denominator); masked padding depends on neither."""
+  q, k, v = random_qkv(3, 1, 40, 2, 8, 3, dtype=jnp.float64)
+  mask = np.arange(40)[None] < 20                                       # 20 real, 20 padded
+  k2, v2 = (jnp.where(mask[:, :, None, None], x, 5 * jax.random.normal(jax.random.key(9), x.shape, x.dtype))
+            for x in (k, v))
+  for padded_keys in ("masked", "zeroed"):
+    core = create("performer", nb_features=16, padded_keys=padded_keys, redraw="fixed")
+    base = np.asarray(run_core(core, q, k, v, mask))[:, :20]
+    other_contents = np.asarray(run_core(core, q, k2, v2, mask))[:, :20]
+    less_padding = np.asarray(run_core(core, q[:, :30], k[:, :30], v[:, :30], mask[:, :30]))[:, :20]
+    np.testing.assert_allclose(other_contents, base, rtol=1e-10, atol=1e-12)
+    if padded_keys == "masked":
+      np.testing.assert_allclose(less_padding, base, rtol=1e-10, atol=1e-12)
+    else:
+      assert np.abs(less_padding - base).max() > 1e-3
+
+
+@pytest.mark.parametrize("kwargs", [{"padded_keys": "zero"}, {"key_stabilizer": "batch"},
+                                    {"padded_keys": "zeroed", "causal": True},
+                                    {"key_stabilizer": "global", "kernel": "relu"}])
+def test_bad_xiong_options_are_refused(kwargs):
+  with pytest.raises(ValueError, match="performer"):
+    performer.PerformerConfig(**kwargs)

@@ -1,0 +1,161 @@
+"""What Xiong et al.'s Performer call does to the attention of a trained `xiong` ListOps model.
+
+Xiong et al.'s Performer (the ``xiong`` protocol's "Performer (256)" row, published at 18.80 % on ListOps)
+called performer_pytorch's FAVOR+ with ``K * mask`` and ``V * mask`` (padded keys stay in the sums as
+zero vectors) and that library's key stabilizer (one max of x̃Wᵀ over the whole batch, heads, keys and
+features, ε = 1e-4). This harness's ``performer`` masks padded keys out and takes one max of z per batch
+and head (``attention_zoo/performer.py``; the two quirks are ``padded_keys="zeroed"`` and
+``key_stabilizer="global"``). This script loads a ``performer`` run directory (its last checkpoint),
+runs one validation batch through the model, captures every layer's q, k and projection W, and computes
+in float64, for each layer, the attention matrix each form implies (a_ij = φ(q_i)·φ(k_j), normalized over
+keys), averaged over the real queries of the batch:
+
+- ``pad share``: the part of a query's weight on padded keys (zero values: it scales the output down);
+- ``eps share``: the part of its weight on real keys that comes from their ε term (the same for every
+  key: weight that does not depend on the key);
+- ``TV to uniform``: total variation between the attention restricted to real keys and the uniform
+  distribution over them (0: the layer averages its values; 1: one key takes all);
+- ``TV ours vs theirs``: total variation between the two forms' attention over real keys.
+
+  python scripts/performer_attention_diagnostic.py --workdir runs/xiong/performer_s0 --data_dir DIR
+
+The run directory is only read (``--copy``, the default, copies it to a temporary folder first, so a
+running training's checkpoints are never touched). The settings are the run's own (``--set`` as given to
+``lra-bench train``); the quirks are applied here, to the same parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def features(x, w, *, is_query, scale_twice, eps, peak=None):
+  """FAVOR+ features (float64) of x [L, D] with W [M, D]; queries: own max over features; keys: minus
+  ``peak``."""
+  x = scaled(x, x.shape[-1], scale_twice)
+  z = x @ w.T - 0.5 * np.sum(x * x, -1, keepdims=True)
+  if is_query:
+    return (np.exp(z - z.max(-1, keepdims=True)) + eps) / np.sqrt(w.shape[0])
+  return (np.exp(z - peak) + eps) / np.sqrt(w.shape[0])
+
+
+def scaled(x, dim, scale_twice):
+  """x̃: x·D^{-1/4}, twice with ``input_normalizations=2``."""
+  return x * dim ** -0.25 * (dim ** -0.25 if scale_twice else 1.0)
+
+
+def global_peak(k, mask, w, scale_twice):
+  """Theirs: one max of x̃Wᵀ over k [B, L, H, D] with padded keys zeroed (their zeros included)."""
+  return float(np.max(scaled(k * mask[:, :, None, None], k.shape[-1], scale_twice) @ w.T))
+
+
+def attention_weights(q, k, real, w, peak, *, scale_twice, eps):
+  """One example and head: q, k [L, D], real bool [L]. Returns the unnormalized weights of the real
+  queries: ours [n, n] (real keys, one max of z over them) and theirs [n, L] (every key, padded ones
+  zeroed, minus the batch-wide ``peak``), and theirs' ε part per query [n]."""
+  phi_q = features(q[real], w, is_query=True, scale_twice=scale_twice, eps=eps)
+  xk = scaled(k[real], k.shape[-1], scale_twice)
+  own_peak = np.max(xk @ w.T - 0.5 * np.sum(xk * xk, -1, keepdims=True))
+  ours = phi_q @ features(k[real], w, is_query=False, scale_twice=scale_twice, eps=eps, peak=own_peak).T
+  theirs = phi_q @ features(k * real[:, None], w, is_query=False, scale_twice=scale_twice, eps=eps,
+                            peak=peak).T
+  eps_part = phi_q.sum(-1) * eps / np.sqrt(w.shape[0]) * real.sum()       # Σ_real j φ(q)·(ε/√M)·1
+  return ours, theirs, eps_part
+
+
+def layer_statistics(q, k, mask, w, *, scale_twice, eps, max_examples):
+  """q, k [B, L, H, D] float64, mask bool [B, L], W [M, D] -> the statistics, means over the first
+  ``max_examples`` examples, the heads and the real queries."""
+  peak = global_peak(k, mask, w, scale_twice)
+  sums = {"pad share": [], "eps share": [], "TV to uniform (ours)": [], "TV to uniform (theirs)": [],
+          "TV ours vs theirs": []}
+  for b in range(min(max_examples, q.shape[0])):
+    real = mask[b]
+    uniform = 1.0 / real.sum()
+    for h in range(q.shape[2]):
+      ours, theirs, eps_part = attention_weights(q[b, :, h], k[b, :, h], real, w, peak,
+                                                 scale_twice=scale_twice, eps=eps)
+      ours = ours / ours.sum(-1, keepdims=True)
+      on_real = theirs[:, real].sum(-1)
+      sums["pad share"].append(np.mean(1.0 - on_real / theirs.sum(-1)))
+      sums["eps share"].append(np.mean(eps_part / on_real))
+      theirs_real = theirs[:, real] / on_real[:, None]
+      sums["TV to uniform (ours)"].append(np.mean(0.5 * np.abs(ours - uniform).sum(-1)))
+      sums["TV to uniform (theirs)"].append(np.mean(0.5 * np.abs(theirs_real - uniform).sum(-1)))
+      sums["TV ours vs theirs"].append(np.mean(0.5 * np.abs(ours - theirs_real).sum(-1)))
+  return {name: float(np.mean(values)) for name, values in sums.items()}
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--workdir", required=True, help="a `lra-bench train --attention performer` run directory")
+  parser.add_argument("--data_dir", required=True)
+  parser.add_argument("--protocol", default="xiong")
+  parser.add_argument("--task", default="listops")
+  parser.add_argument("--set", action="append", default=[], help="the run's own --set overrides")
+  parser.add_argument("--examples", type=int, default=8, help="examples of the batch to average over")
+  parser.add_argument("--no_copy", action="store_true", help="read the run directory in place")
+  parser.add_argument("--json", help="also write the statistics here")
+  args = parser.parse_args(argv)
+
+  import flax.linen as nn
+
+  from attention_zoo.performer import PerformerAttention
+  from lra_bench.training import config as config_lib
+  from lra_bench.training import loop, steps
+  import tasks as tasks_lib
+
+  cfg = config_lib.load_config(args.protocol, args.task, args.set, attention="performer")
+  kwargs = cfg.model.attention_kwargs
+  scale_twice, eps = kwargs.get("input_normalizations", 1) == 2, kwargs.get("numerical_stabilizer", 1e-6)
+  with tempfile.TemporaryDirectory() as tmp:
+    workdir = args.workdir
+    if not args.no_copy:
+      workdir = os.path.join(tmp, "run")
+      shutil.copytree(args.workdir, workdir, ignore=shutil.ignore_patterns(".lock", "tensorboard"))
+    run = loop.Run(cfg, workdir, args.data_dir)
+    step = run.saved_step
+    batch = loop.to_numpy(next(iter(run.data.validation)))
+    captured = []
+
+    def interceptor(next_fun, call_args, call_kwargs, context):
+      out = next_fun(*call_args, **call_kwargs)
+      if isinstance(context.module, PerformerAttention) and context.method_name == "__call__":
+        q, k = call_args[0], call_args[1]
+        w = context.module.projection(q.shape[-1], np.float32)
+        captured.append((np.asarray(q, np.float64), np.asarray(k, np.float64), np.asarray(w, np.float64),
+                         np.asarray(call_args[3] if len(call_args) > 3 else call_kwargs["mask"])))
+      return out
+
+    model = steps.create_model(cfg, tasks_lib.get_task(cfg.task), run.data.examples["train"].vocab_size)
+    with nn.intercept_methods(interceptor):
+      model.apply({"params": run.state.params, **run.state.model_state}, batch, deterministic=True)
+  stats = {}
+  for layer, (q, k, w, mask) in enumerate(captured):
+    stats[f"layer {layer}"] = layer_statistics(q, k, mask.astype(bool), w, scale_twice=scale_twice, eps=eps,
+                                               max_examples=args.examples)
+  lengths = captured[0][3].shape[0]
+  print(f"{args.workdir}: step {step}, validation batch of {lengths} examples, first {args.examples} used; "
+        f"real lengths {[int(m.sum()) for m in captured[0][3][:args.examples]]}")
+  names = list(next(iter(stats.values())))
+  print("| layer | " + " | ".join(names) + " |")
+  print("|---|" + "---:|" * len(names))
+  for layer, row in stats.items():
+    print(f"| {layer} | " + " | ".join(f"{row[name]:.3f}" for name in names) + " |")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({"workdir": args.workdir, "step": step, "examples": args.examples, "layers": stats}, f, indent=1)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
