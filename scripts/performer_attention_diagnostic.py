@@ -12,7 +12,8 @@ keys), averaged over the real queries of the batch:
 
 - ``pad share``: the part of a query's weight on padded keys (zero values: it scales the output down);
 - ``eps share``: the part of its weight on real keys that comes from their ε term (the same for every
-  key: weight that does not depend on the key);
+  key: weight that does not depend on the key); ``eps share (ours)``: the same with this harness's
+  stabilizer;
 - ``TV to uniform``: total variation between the attention restricted to real keys and the uniform
   distribution over them (0: the layer averages its values; 1: one key takes all);
 - ``TV ours vs theirs``: total variation between the two forms' attention over real keys.
@@ -76,7 +77,7 @@ def layer_statistics(q, k, mask, w, *, scale_twice, eps, max_examples):
   """q, k [B, L, H, D] float64, mask bool [B, L], W [M, D] -> the statistics, means over the first
   ``max_examples`` examples, the heads and the real queries."""
   peak = global_peak(k, mask, w, scale_twice)
-  sums = {"pad share": [], "eps share": [], "TV to uniform (ours)": [], "TV to uniform (theirs)": [],
+  sums = {"pad share": [], "eps share": [], "eps share (ours)": [], "TV to uniform (ours)": [], "TV to uniform (theirs)": [],
           "TV ours vs theirs": []}
   for b in range(min(max_examples, q.shape[0])):
     real = mask[b]
@@ -84,6 +85,7 @@ def layer_statistics(q, k, mask, w, *, scale_twice, eps, max_examples):
     for h in range(q.shape[2]):
       ours, theirs, eps_part = attention_weights(q[b, :, h], k[b, :, h], real, w, peak,
                                                  scale_twice=scale_twice, eps=eps)
+      sums["eps share (ours)"].append(np.mean(eps_part / ours.sum(-1)))      # same ε term, own max
       ours = ours / ours.sum(-1, keepdims=True)
       on_real = theirs[:, real].sum(-1)
       sums["pad share"].append(np.mean(1.0 - on_real / theirs.sum(-1)))
