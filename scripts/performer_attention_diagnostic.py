@@ -77,8 +77,9 @@ def layer_statistics(q, k, mask, w, *, scale_twice, eps, max_examples):
   """q, k [B, L, H, D] float64, mask bool [B, L], W [M, D] -> the statistics, means over the first
   ``max_examples`` examples, the heads and the real queries."""
   peak = global_peak(k, mask, w, scale_twice)
-  sums = {"pad share": [], "eps share": [], "eps share (ours)": [], "TV to uniform (ours)": [], "TV to uniform (theirs)": [],
-          "TV ours vs theirs": []}
+  names = ("pad share", "eps share", "eps share (ours)", "TV to uniform (ours)", "TV to uniform (theirs)",
+           "TV ours vs theirs")
+  sums = {name: [] for name in names}
   for b in range(min(max_examples, q.shape[0])):
     real = mask[b]
     uniform = 1.0 / real.sum()
