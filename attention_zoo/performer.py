@@ -331,7 +331,7 @@ class PerformerAttention(nn.Module):
     query, key, value = (jnp.swapaxes(x, 1, 2) for x in (query, key, value))
     if cfg.padded_keys == "zeroed" and mask is not None:
       # Xiong et al.'s K * mask, V * mask: padded keys stay in the sums as zero vectors (zero values).
-      real = mask[:, None, :, None]
+      real = _key_mask(mask, heads_first=True)
       key, value = key * real.astype(key.dtype), value * real.astype(value.dtype)
       mask = None
     log_scale = None

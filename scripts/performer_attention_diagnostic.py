@@ -20,8 +20,8 @@ keys), averaged over the real queries of the batch:
 
   python scripts/performer_attention_diagnostic.py --workdir runs/xiong/performer_s0 --data_dir DIR
 
-The run directory is only read (``--copy``, the default, copies it to a temporary folder first, so a
-running training's checkpoints are never touched). The settings are the run's own (``--set`` as given to
+The run directory is only read: it is copied to a temporary folder first (unless ``--no_copy``), so a
+running training's checkpoints are never touched. The settings are the run's own (``--set`` as given to
 ``lra-bench train``); the quirks are applied here, to the same parameters.
 """
 
@@ -39,11 +39,16 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def log_features(x, w, scale_twice):
+  """z = x̃Wᵀ − |x̃|²/2 (float64) of x [L, D] with W [M, D]."""
+  x = scaled(x, x.shape[-1], scale_twice)
+  return x @ w.T - 0.5 * np.sum(x * x, -1, keepdims=True)
+
+
 def features(x, w, *, is_query, scale_twice, eps, peak=None):
   """FAVOR+ features (float64) of x [L, D] with W [M, D]; queries: own max over features; keys: minus
   ``peak``."""
-  x = scaled(x, x.shape[-1], scale_twice)
-  z = x @ w.T - 0.5 * np.sum(x * x, -1, keepdims=True)
+  z = log_features(x, w, scale_twice)
   if is_query:
     return (np.exp(z - z.max(-1, keepdims=True)) + eps) / np.sqrt(w.shape[0])
   return (np.exp(z - peak) + eps) / np.sqrt(w.shape[0])
@@ -64,8 +69,7 @@ def attention_weights(q, k, real, w, peak, *, scale_twice, eps):
   queries: ours [n, n] (real keys, one max of z over them) and theirs [n, L] (every key, padded ones
   zeroed, minus the batch-wide ``peak``), and theirs' ε part per query [n]."""
   phi_q = features(q[real], w, is_query=True, scale_twice=scale_twice, eps=eps)
-  xk = scaled(k[real], k.shape[-1], scale_twice)
-  own_peak = np.max(xk @ w.T - 0.5 * np.sum(xk * xk, -1, keepdims=True))
+  own_peak = np.max(log_features(k[real], w, scale_twice))
   ours = phi_q @ features(k[real], w, is_query=False, scale_twice=scale_twice, eps=eps, peak=own_peak).T
   theirs = phi_q @ features(k * real[:, None], w, is_query=False, scale_twice=scale_twice, eps=eps,
                             peak=peak).T
@@ -112,14 +116,16 @@ def main(argv=None) -> int:
 
   import flax.linen as nn
 
-  from attention_zoo.performer import PerformerAttention
+  from attention_zoo.performer import PerformerAttention, PerformerConfig
+  from lra_bench import files
   from lra_bench.training import config as config_lib
   from lra_bench.training import loop, steps
   import tasks as tasks_lib
 
   cfg = config_lib.load_config(args.protocol, args.task, args.set, attention="performer")
   kwargs = cfg.model.attention_kwargs
-  scale_twice, eps = kwargs.get("input_normalizations", 1) == 2, kwargs.get("numerical_stabilizer", 1e-6)
+  scale_twice = kwargs.get("input_normalizations", PerformerConfig.input_normalizations) == 2
+  eps = kwargs.get("numerical_stabilizer", PerformerConfig.numerical_stabilizer)
   with tempfile.TemporaryDirectory() as tmp:
     workdir = args.workdir
     if not args.no_copy:
@@ -155,8 +161,8 @@ def main(argv=None) -> int:
   for layer, row in stats.items():
     print(f"| {layer} | " + " | ".join(f"{row[name]:.3f}" for name in names) + " |")
   if args.json:
-    with open(args.json, "w") as f:
-      json.dump({"workdir": args.workdir, "step": step, "examples": args.examples, "layers": stats}, f, indent=1)
+    files.write_atomic(args.json, json.dumps({"workdir": args.workdir, "step": step, "examples": args.examples,
+                                              "layers": stats}, indent=1))
   return 0
 
 
