@@ -1,0 +1,155 @@
+"""How many real keys a real query of a trained `xiong` ListOps Reformer sees, hashed both ways.
+
+Xiong et al.'s "Reformer (2 hashes)" row (published at 19.05 % on ListOps) ran transformers'
+``LSHSelfAttention``, which hashes padded positions like real ones and only masks them as keys: a padded
+position takes a slot in its bucket's sorted run, so a real query's window (its chunk of 64 sorted slots
+and the previous chunk) holds fewer real keys the more padding hashes near it. This harness's ``reformer``
+gives padded positions a sentinel bucket that sorts them to the end of every round, so windows of real
+queries hold real keys only (``attention_zoo/reformer.py``). This script loads a ``reformer`` run directory
+(its last checkpoint), runs one validation batch through the model, captures every layer's shared-QK
+vectors (padded positions included, as the model computes them) and the padding mask, draws LSH rotations
+(``--draws`` independent draws, as transformers draws them anew on every call), and counts, per layer:
+
+- ``real keys (ours)`` / ``real keys (theirs)``: real keys other than the query itself in a real
+  query's window, per round, averaged over the real queries, rounds, heads, examples and draws (at most
+  2·64 − 1 = 127);
+- ``pad share (theirs)``: the part of those windows' slots held by padded positions;
+- ``queries under 64 (theirs)``: the share of real (query, round) pairs whose window holds fewer than
+  64 real keys (half of what a full window holds).
+
+  python scripts/reformer_window_diagnostic.py --workdir runs/xiong/reformer_s0 --data_dir DIR
+
+Positions past the model's length (2 000 for ListOps here; transformers ran 2 048) are padded in both forms
+and sorted to the end in both: the difference measured is that of the padded positions the model has.
+The run directory is only read: it is copied to a temporary folder first (unless ``--no_copy``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def buckets(vecs, rotations, real, *, hash_padding):
+  """Bucket ids int [H, R, P] of ``vecs`` [P, H, D] with ``rotations`` [H, D, R, U]: argmax([xW; −xW]).
+  Padded positions get the sentinel 2U unless ``hash_padding`` (transformers' form)."""
+  rotated = np.einsum("phd,hdru->hrpu", vecs, rotations)
+  ids = np.argmax(np.concatenate([rotated, -rotated], -1), -1)
+  if not hash_padding:
+    ids = np.where(real[None, None, :], ids, 2 * rotations.shape[-1])
+  return ids
+
+
+def window_real_keys(ids, real, chunk):
+  """Real keys (not the query itself) in each real query's window, per round: a list of int arrays,
+  one per head, of length R·(real queries). The R sorted rounds are concatenated and cut into chunks of
+  ``chunk`` slots; a chunk looks at itself and the previous chunk (circular, none with one chunk)."""
+  heads, rounds, padded = ids.shape
+  counts = []
+  for h in range(heads):
+    slots = np.concatenate([np.argsort(ids[h, r], kind="stable") for r in range(rounds)])
+    real_slot = real[slots].reshape(-1, chunk)                       # [M, C]
+    per_chunk = real_slot.sum(-1)
+    window = per_chunk + (np.roll(per_chunk, 1) if per_chunk.shape[0] > 1 else 0)
+    counts.append(np.broadcast_to((window - 1)[:, None], real_slot.shape)[real_slot])
+  return counts
+
+
+def statistics(vecs, real, rotation_draws, chunk):
+  """The statistics of the module docstring for one example: vecs [P, H, D], real bool [P]."""
+  out = {"real keys (ours)": [], "real keys (theirs)": [], "pad share (theirs)": [],
+         "queries under 64 (theirs)": []}
+  window = 2 * chunk if real.shape[0] > chunk else chunk
+  for rotations in rotation_draws:
+    ours = np.concatenate(window_real_keys(buckets(vecs, rotations, real, hash_padding=False), real, chunk))
+    theirs = np.concatenate(window_real_keys(buckets(vecs, rotations, real, hash_padding=True), real, chunk))
+    out["real keys (ours)"].append(ours.mean())
+    out["real keys (theirs)"].append(theirs.mean())
+    out["pad share (theirs)"].append(1.0 - (theirs + 1).mean() / window)
+    out["queries under 64 (theirs)"].append((theirs < chunk).mean())
+  return {name: float(np.mean(values)) for name, values in out.items()}
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--workdir", required=True, help="a `lra-bench train --attention reformer` run directory")
+  parser.add_argument("--data_dir", required=True)
+  parser.add_argument("--protocol", default="xiong")
+  parser.add_argument("--task", default="listops")
+  parser.add_argument("--set", action="append", default=[], help="the run's own --set overrides")
+  parser.add_argument("--examples", type=int, default=8, help="examples of the batch to average over")
+  parser.add_argument("--draws", type=int, default=4, help="independent rotation draws")
+  parser.add_argument("--seed", type=int, default=0, help="seed of the rotation draws")
+  parser.add_argument("--no_copy", action="store_true", help="read the run directory in place")
+  parser.add_argument("--json", help="also write the statistics here")
+  args = parser.parse_args(argv)
+
+  import flax.linen as nn
+
+  from attention_zoo.reformer import ReformerAttention, lsh_sizes
+  from lra_bench import files
+  from lra_bench.training import config as config_lib
+  from lra_bench.training import loop, steps
+  import tasks as tasks_lib
+
+  cfg = config_lib.load_config(args.protocol, args.task, args.set, attention="reformer")
+  with tempfile.TemporaryDirectory() as tmp:
+    workdir = args.workdir
+    if not args.no_copy:
+      workdir = os.path.join(tmp, "run")
+      shutil.copytree(args.workdir, workdir, ignore=shutil.ignore_patterns(".lock", "tensorboard"))
+    run = loop.Run(cfg, workdir, args.data_dir)
+    step = run.saved_step
+    batch = loop.to_numpy(next(iter(run.data.validation)))
+    captured = []
+
+    def interceptor(next_fun, call_args, call_kwargs, context):
+      if isinstance(context.module, ReformerAttention) and context.method_name == "__call__":
+        mask = call_args[3] if len(call_args) > 3 else call_kwargs["mask"]
+        cfg_core = context.module.config
+        captured.append((np.asarray(call_args[0], np.float64), np.asarray(mask, bool),
+                         cfg_core.n_hashes, cfg_core.n_buckets, cfg_core.chunk_len))
+      return next_fun(*call_args, **call_kwargs)
+
+    model = steps.create_model(cfg, tasks_lib.get_task(cfg.task), run.data.examples["train"].vocab_size)
+    with nn.intercept_methods(interceptor):
+      model.apply({"params": run.state.params, **run.state.model_state}, batch, deterministic=True)
+  rng = np.random.default_rng(args.seed)
+  stats = {}
+  for layer, (q, mask, n_hashes, n_buckets, chunk_len) in enumerate(captured):
+    length, heads, dim = q.shape[1:]
+    n_buckets, chunk, padded = lsh_sizes(length, n_buckets, chunk_len)
+    draws = [rng.standard_normal((heads, dim, n_hashes, n_buckets // 2)) for _ in range(args.draws)]
+    rows = []
+    for b in range(min(args.examples, q.shape[0])):
+      vecs = np.zeros((padded, heads, dim))
+      vecs[:length] = q[b]
+      real = np.zeros(padded, bool)
+      real[:length] = mask[b]
+      rows.append(statistics(vecs, real, draws, chunk))
+    stats[f"layer {layer}"] = {name: float(np.mean([row[name] for row in rows])) for name in rows[0]}
+  real_lengths = [int(m.sum()) for m in captured[0][1][:args.examples]]
+  print(f"{args.workdir}: step {step}, first {args.examples} examples of a validation batch "
+        f"(real lengths {real_lengths}), {args.draws} rotation draws")
+  names = list(next(iter(stats.values())))
+  print("| layer | " + " | ".join(names) + " |")
+  print("|---|" + "---:|" * len(names))
+  for layer, row in stats.items():
+    print(f"| {layer} | " + " | ".join(f"{row[name]:.3f}" for name in names) + " |")
+  if args.json:
+    files.write_atomic(args.json, json.dumps({"workdir": args.workdir, "step": step, "examples": args.examples,
+                                              "draws": args.draws, "real_lengths": real_lengths,
+                                              "layers": stats}, indent=1))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
