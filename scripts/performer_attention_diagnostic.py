@@ -28,15 +28,14 @@ running training's checkpoints are never touched. The settings are the run's own
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from lra_bench.training import probe
 
 
 def log_features(x, w, scale_twice):
@@ -104,65 +103,28 @@ def layer_statistics(q, k, mask, w, *, scale_twice, eps, max_examples):
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--workdir", required=True, help="a `lra-bench train --attention performer` run directory")
-  parser.add_argument("--data_dir", required=True)
-  parser.add_argument("--protocol", default="xiong")
-  parser.add_argument("--task", default="listops")
-  parser.add_argument("--set", action="append", default=[], help="the run's own --set overrides")
-  parser.add_argument("--examples", type=int, default=8, help="examples of the batch to average over")
-  parser.add_argument("--no_copy", action="store_true", help="read the run directory in place")
-  parser.add_argument("--json", help="also write the statistics here")
+  probe.add_run_arguments(parser, "performer")
   args = parser.parse_args(argv)
 
-  import flax.linen as nn
-
   from attention_zoo.performer import PerformerAttention, PerformerConfig
-  from lra_bench import files
-  from lra_bench.training import config as config_lib
-  from lra_bench.training import loop, steps
-  import tasks as tasks_lib
 
-  cfg = config_lib.load_config(args.protocol, args.task, args.set, attention="performer")
+  def grab(module, call_args, call_kwargs):
+    q, k = call_args[0], call_args[1]
+    w = module.projection(q.shape[-1], np.float32)
+    return (np.asarray(q, np.float64), np.asarray(k, np.float64), np.asarray(w, np.float64),
+            np.asarray(probe.core_mask(call_args, call_kwargs)))
+
+  cfg, step, captured = probe.capture_core_calls(args, "performer", PerformerAttention, grab)
   kwargs = cfg.model.attention_kwargs
   scale_twice = kwargs.get("input_normalizations", PerformerConfig.input_normalizations) == 2
   eps = kwargs.get("numerical_stabilizer", PerformerConfig.numerical_stabilizer)
-  with tempfile.TemporaryDirectory() as tmp:
-    workdir = args.workdir
-    if not args.no_copy:
-      workdir = os.path.join(tmp, "run")
-      shutil.copytree(args.workdir, workdir, ignore=shutil.ignore_patterns(".lock", "tensorboard"))
-    run = loop.Run(cfg, workdir, args.data_dir)
-    step = run.saved_step
-    batch = loop.to_numpy(next(iter(run.data.validation)))
-    captured = []
-
-    def interceptor(next_fun, call_args, call_kwargs, context):
-      out = next_fun(*call_args, **call_kwargs)
-      if isinstance(context.module, PerformerAttention) and context.method_name == "__call__":
-        q, k = call_args[0], call_args[1]
-        w = context.module.projection(q.shape[-1], np.float32)
-        captured.append((np.asarray(q, np.float64), np.asarray(k, np.float64), np.asarray(w, np.float64),
-                         np.asarray(call_args[3] if len(call_args) > 3 else call_kwargs["mask"])))
-      return out
-
-    model = steps.create_model(cfg, tasks_lib.get_task(cfg.task), run.data.examples["train"].vocab_size)
-    with nn.intercept_methods(interceptor):
-      model.apply({"params": run.state.params, **run.state.model_state}, batch, deterministic=True)
   stats = {}
   for layer, (q, k, w, mask) in enumerate(captured):
     stats[f"layer {layer}"] = layer_statistics(q, k, mask.astype(bool), w, scale_twice=scale_twice, eps=eps,
                                                max_examples=args.examples)
   lengths = captured[0][3].shape[0]
-  print(f"{args.workdir}: step {step}, validation batch of {lengths} examples, first {args.examples} used; "
-        f"real lengths {[int(m.sum()) for m in captured[0][3][:args.examples]]}")
-  names = list(next(iter(stats.values())))
-  print("| layer | " + " | ".join(names) + " |")
-  print("|---|" + "---:|" * len(names))
-  for layer, row in stats.items():
-    print(f"| {layer} | " + " | ".join(f"{row[name]:.3f}" for name in names) + " |")
-  if args.json:
-    files.write_atomic(args.json, json.dumps({"workdir": args.workdir, "step": step, "examples": args.examples,
-                                              "layers": stats}, indent=1))
+  probe.print_table(args, step, f"validation batch of {lengths} examples, first {args.examples} used; "
+                    f"real lengths {[int(m.sum()) for m in captured[0][3][:args.examples]]}", stats)
   return 0
 
 

@@ -27,15 +27,14 @@ The run directory is only read: it is copied to a temporary folder first (unless
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from lra_bench.training import probe
 
 
 def buckets(vecs, rotations, real, *, hash_padding):
@@ -80,48 +79,19 @@ def statistics(vecs, real, rotation_draws, chunk):
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--workdir", required=True, help="a `lra-bench train --attention reformer` run directory")
-  parser.add_argument("--data_dir", required=True)
-  parser.add_argument("--protocol", default="xiong")
-  parser.add_argument("--task", default="listops")
-  parser.add_argument("--set", action="append", default=[], help="the run's own --set overrides")
-  parser.add_argument("--examples", type=int, default=8, help="examples of the batch to average over")
+  probe.add_run_arguments(parser, "reformer")
   parser.add_argument("--draws", type=int, default=4, help="independent rotation draws")
   parser.add_argument("--seed", type=int, default=0, help="seed of the rotation draws")
-  parser.add_argument("--no_copy", action="store_true", help="read the run directory in place")
-  parser.add_argument("--json", help="also write the statistics here")
   args = parser.parse_args(argv)
 
-  import flax.linen as nn
-
   from attention_zoo.reformer import ReformerAttention, lsh_sizes
-  from lra_bench import files
-  from lra_bench.training import config as config_lib
-  from lra_bench.training import loop, steps
-  import tasks as tasks_lib
 
-  cfg = config_lib.load_config(args.protocol, args.task, args.set, attention="reformer")
-  with tempfile.TemporaryDirectory() as tmp:
-    workdir = args.workdir
-    if not args.no_copy:
-      workdir = os.path.join(tmp, "run")
-      shutil.copytree(args.workdir, workdir, ignore=shutil.ignore_patterns(".lock", "tensorboard"))
-    run = loop.Run(cfg, workdir, args.data_dir)
-    step = run.saved_step
-    batch = loop.to_numpy(next(iter(run.data.validation)))
-    captured = []
+  def grab(module, call_args, call_kwargs):
+    core = module.config
+    return (np.asarray(call_args[0], np.float64), np.asarray(probe.core_mask(call_args, call_kwargs), bool),
+            core.n_hashes, core.n_buckets, core.chunk_len)
 
-    def interceptor(next_fun, call_args, call_kwargs, context):
-      if isinstance(context.module, ReformerAttention) and context.method_name == "__call__":
-        mask = call_args[3] if len(call_args) > 3 else call_kwargs["mask"]
-        cfg_core = context.module.config
-        captured.append((np.asarray(call_args[0], np.float64), np.asarray(mask, bool),
-                         cfg_core.n_hashes, cfg_core.n_buckets, cfg_core.chunk_len))
-      return next_fun(*call_args, **call_kwargs)
-
-    model = steps.create_model(cfg, tasks_lib.get_task(cfg.task), run.data.examples["train"].vocab_size)
-    with nn.intercept_methods(interceptor):
-      model.apply({"params": run.state.params, **run.state.model_state}, batch, deterministic=True)
+  _, step, captured = probe.capture_core_calls(args, "reformer", ReformerAttention, grab)
   rng = np.random.default_rng(args.seed)
   stats = {}
   for layer, (q, mask, n_hashes, n_buckets, chunk_len) in enumerate(captured):
@@ -137,17 +107,9 @@ def main(argv=None) -> int:
       rows.append(statistics(vecs, real, draws, chunk))
     stats[f"layer {layer}"] = {name: float(np.mean([row[name] for row in rows])) for name in rows[0]}
   real_lengths = [int(m.sum()) for m in captured[0][1][:args.examples]]
-  print(f"{args.workdir}: step {step}, first {args.examples} examples of a validation batch "
-        f"(real lengths {real_lengths}), {args.draws} rotation draws")
-  names = list(next(iter(stats.values())))
-  print("| layer | " + " | ".join(names) + " |")
-  print("|---|" + "---:|" * len(names))
-  for layer, row in stats.items():
-    print(f"| {layer} | " + " | ".join(f"{row[name]:.3f}" for name in names) + " |")
-  if args.json:
-    files.write_atomic(args.json, json.dumps({"workdir": args.workdir, "step": step, "examples": args.examples,
-                                              "draws": args.draws, "real_lengths": real_lengths,
-                                              "layers": stats}, indent=1))
+  probe.print_table(args, step, f"first {args.examples} examples of a validation batch (real lengths "
+                    f"{real_lengths}), {args.draws} rotation draws", stats, draws=args.draws,
+                    real_lengths=real_lengths)
   return 0
 
 
