@@ -38,23 +38,24 @@ from lra_bench.training import probe
 
 
 def buckets(vecs, rotations, real, *, hash_padding):
-  """Bucket ids int [H, R, P] of ``vecs`` [P, H, D] with ``rotations`` [H, D, R, U]: argmax([xW; −xW]).
-  Padded positions get the sentinel 2U unless ``hash_padding`` (transformers' form)."""
-  rotated = np.einsum("phd,hdru->hrpu", vecs, rotations)
-  ids = np.argmax(np.concatenate([rotated, -rotated], -1), -1)
-  if not hash_padding:
-    ids = np.where(real[None, None, :], ids, 2 * rotations.shape[-1])
-  return ids
+  """Bucket ids int [H, R, P] of ``vecs`` [P, H, D] with ``rotations`` [H, D, R, U]: the core's own
+  ``hash_buckets`` (padding gets its sentinel 2U), or with every position hashed (transformers' form)."""
+  from attention_zoo.reformer import hash_buckets
+
+  hashed = real if not hash_padding else np.ones_like(real)
+  return np.asarray(hash_buckets(vecs[None], np.asarray(rotations, np.float32), hashed[None]))[0]
 
 
 def window_real_keys(ids, real, chunk):
   """Real keys (not the query itself) in each real query's window, per round: a list of int arrays,
   one per head, of length R·(real queries). The R sorted rounds are concatenated and cut into chunks of
   ``chunk`` slots; a chunk looks at itself and the previous chunk (circular, none with one chunk)."""
-  heads, rounds, padded = ids.shape
+  from attention_zoo.reformer import sort_order
+
+  order = np.asarray(sort_order(ids))                                # [H, R, P]: the core's stable sort
   counts = []
-  for h in range(heads):
-    slots = np.concatenate([np.argsort(ids[h, r], kind="stable") for r in range(rounds)])
+  for h in range(ids.shape[0]):
+    slots = order[h].reshape(-1)
     real_slot = real[slots].reshape(-1, chunk)                       # [M, C]
     per_chunk = real_slot.sum(-1)
     window = per_chunk + (np.roll(per_chunk, 1) if per_chunk.shape[0] > 1 else 0)
