@@ -92,8 +92,7 @@ def encoder_settings(config: ml_collections.ConfigDict) -> dict:
 
   import attention_zoo
 
-  name = config.model.attention
-  if name not in attention_zoo.list_mixers() or config.model.pooling != "CLS":
+  if config.model.pooling != "CLS":
     return {}
-  fields = {f.name for f in dataclasses.fields(attention_zoo.mixer_config(name))}
+  fields = {f.name for f in dataclasses.fields(attention_zoo.layer_config(config.model.attention))}
   return {"model.attention_kwargs.bidirectional": True} if "bidirectional" in fields else {}

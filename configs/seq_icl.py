@@ -122,7 +122,7 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
   attention core gets the MHA's biases; the other mixers take the protocol's model as it is."""
   import attention_zoo
 
-  if not attention_zoo.is_mixer(config.model.attention):
+  if "value" in attention_zoo.layer_config(config.model.attention).probe_inputs:  # a core inside the MHA
     return {"model.attention_bias": True}   # simple_lm.py MHA: nn.Linear(..., bias=True), zeroed
   return dict(LAYER_SETTINGS.get(config.model.attention, {}))
 

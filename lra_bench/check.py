@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 
 import attention_zoo
-from lra_bench import mixer_testing, testing
+from lra_bench import testing
 
 DEFAULT_LENGTHS = (256, 512)
 HEADS, HEAD_DIM = 4, 64      # the LRA Text model's attention (qkv 256 over 4 heads)
@@ -116,7 +116,7 @@ def mixer_cost(name: str, lengths: Sequence[int], repeats: int) -> dict[int, dic
 
   from lra_bench.training import xla_stats
 
-  mixer = attention_zoo.create_mixer(name)
+  mixer = attention_zoo.create_layer(name)
   gated = type(mixer.config).gated_residual
   out = {}
   for length in lengths:
@@ -262,29 +262,17 @@ def learnability_table(records: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def _defining_module(name: str) -> str:
-  finder = getattr(attention_zoo, "defining_module", None)
-  return finder(name) if finder is not None else type(attention_zoo.create_attention(name)).__module__
+  return attention_zoo.defining_module(name)
 
 
 def _header(name: str) -> list[str]:
   import jax
 
-  if attention_zoo.is_mixer(name):
-    from attention_zoo import mixers
-
-    config = attention_zoo.mixer_config(name)
-    return [f"# `lra-bench check {name}`", "",
-            f"Sequence mixer `{name}` from `{mixers.mixer_defining_module(name)}`; config `{config!r}`.",
-            f"Family: {type(config).family}; gated residual: {type(config).gated_residual}; causal form: "
-            f"{'none (' + str(type(config).no_causal_form) + ')' if type(config).no_causal_form else 'yes'}. "
-            f"Device: {jax.devices()[0].device_kind} ({jax.default_backend()}).", ""]
-  config = attention_zoo.attention_config(name)
-  support = "fixed pattern" if config.support(64) is not None else "none declared"
+  config = attention_zoo.layer_config(name)
+  noun = type(config).noun
   return [f"# `lra-bench check {name}`", "",
-          f"Core `{name}` from `{_defining_module(name)}`; config `{config!r}`.",
-          f"Declared: nonnegative = {config.nonnegative}, rows_sum_to_one = {config.rows_sum_to_one}, "
-          f"support = {support}, ignores = {getattr(config, 'ignores', ())}. "
-          f"Device: {jax.devices()[0].device_kind} ({jax.default_backend()}).", ""]
+          f"{noun[0].upper() + noun[1:]} `{name}` from `{_defining_module(name)}`; config `{config!r}`.",
+          f"Declared: {config.declared()}. Device: {jax.devices()[0].device_kind} ({jax.default_backend()}).", ""]
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -349,16 +337,13 @@ def run_check(name: str, *, lengths: Sequence[int] = DEFAULT_LENGTHS, out: str |
   start = time.perf_counter()
   lines = _header(name)
 
-  mixer = attention_zoo.is_mixer(name)
-  kit = mixer_testing if mixer else testing
-  _progress(name, f"conformance: {len(kit.CHECKS)} checks" + (" (quick shapes)" if quick else ""))
-  results = kit.run_conformance(
+  kit = testing.kit(name)
+  _progress(name, f"conformance: {len(kit.checks)} checks" + (" (quick shapes)" if quick else ""))
+  results = testing.run_conformance(
       name, quick=quick, progress=lambda r: _progress(name, f"  {r.name}: {r.status} ({r.measured})"))
   failed = testing.failures(results)
-  opts = testing.QUICK if quick else testing.Options()
-  title = (f"## Conformance (`lra_bench.mixer_testing`, L = {mixer_testing.LENGTH}, causal L = "
-           f"{mixer_testing.CAUSAL_LENGTH})" if mixer else
-           f"## Conformance (`lra_bench.testing`, L = {opts.length}, causal L = {opts.causal_length})")
+  title = f"## Conformance ({kit.title(quick)})"
+  probes_values = "value" in type(attention_zoo.layer_config(name)).probe_inputs  # a core: its matrix exists
   lines += [title, "",
             *conformance_table(results), "",
             (f"**{len(failed)} failed:** {', '.join(r.name for r in failed)}." if failed
@@ -367,7 +352,7 @@ def run_check(name: str, *, lengths: Sequence[int] = DEFAULT_LENGTHS, out: str |
   if quick:
     lines += ["Quick check: conformance only (no cost, heatmap or learnability).", ""]
   else:
-    if mixer:
+    if not probes_values:  # a layer that owns its projections: the layer's cost, no attention matrix
       lines += [f"## Cost of the mixer layer (forward + backward, batch 1, width {MIXER_DIM}, float32)", ""]
       try:
         lines += ["FLOPs and compiled memory from XLA's cost analysis; time = median of 5 calls after one "

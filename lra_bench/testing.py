@@ -1,8 +1,10 @@
-"""The conformance kit: what every attention core must do, as a library a user's own pytest imports.
+"""The conformance kit: what every sequence layer — attention core or sequence mixer — must do, as a library
+a user's own pytest imports.
 
-One code path checks every core: the registry-wide tests (``tests/test_attention_registry.py``) run
-these checks for each built-in core, ``lra-bench check NAME`` prints them as a table, and a plugin's
-author runs them on theirs::
+One code path checks every layer, dispatching once on its kind (:func:`kit`): the registry-wide tests
+(``tests/test_attention_registry.py``) run these checks for each built-in layer, ``lra-bench check NAME``
+prints them as a table, and a plugin's author runs them on theirs (a core below; a mixer the same way, with
+``MIXER_CHECKS``, listed in the section "The sequence mixers' checks")::
 
     from lra_bench import testing
 
@@ -18,7 +20,9 @@ author runs them on theirs::
 
 Every check measures one number and compares it with a tolerance, so a failure says by how much.
 ``passed`` is None where the property does not apply (no causal form; a property the config does not
-declare). The checks (``CHECKS``):
+declare).
+
+The attention cores' checks (``CHECKS``):
 
 - ``config``: the config is a frozen ``AttentionConfig`` dataclass, ``causal`` defaults to False and
   ``support(L)`` is None or bool [L, L];
@@ -157,7 +161,7 @@ def padding_masks(length: int, pad: int) -> np.ndarray:
 
 
 def _create(name: str, **overrides):
-  return attention_zoo.create_attention(name, **overrides)
+  return attention_zoo.create_layer(name, **overrides)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -302,7 +306,7 @@ def _close(a, b, tol: float = SAME) -> tuple[bool, float]:
 
 
 def _check_config(name: str, o: Options):
-  config = attention_zoo.attention_config(name)
+  config = attention_zoo.layer_config(name)
   problems = []
   if not (dataclasses.is_dataclass(config) and isinstance(config, attention_zoo.AttentionConfig)):
     problems.append("config is not an AttentionConfig dataclass")
@@ -645,6 +649,220 @@ _CHECK_FNS: dict[str, Callable[[str, Options], tuple[bool | None, str, str]]] = 
 assert tuple(_CHECK_FNS) == CHECKS
 
 
+# ----------------------------------------------------------------------------------------------------
+# The sequence mixers' checks. A mixer has no query, key or value, so its checks are on the layer's outputs
+# (``MIXER_CHECKS``): ``config`` (a frozen ``MixerConfig``, causal False); ``float32`` / ``bfloat16`` (output
+# [B, L, D] in the input's dtype, finite, padded rows included); ``jit`` (jit == op by op, dropout on);
+# ``gradients`` (d/dx and every parameter's gradient finite and non-zero); ``padding`` (a zeroed padded tail
+# moves no real output: the row cut to its real length gives the same); ``causal`` (with ``causal=True`` the
+# second half does not reach the first); ``determinism`` (another dropout key moves the output, not under
+# ``deterministic=True``); ``modes`` (``mode="chunk"`` equals ``mode="recurrent"`` for a mixer that has both).
+
+MIXER_CHECKS = ("config", "float32", "bfloat16", "jit", "gradients", "padding", "causal", "determinism",
+                "modes")
+
+MIXER_BATCH, MIXER_LENGTH, MIXER_PAD, MIXER_DIM = 2, 37, 9, 16
+MIXER_CAUSAL_LENGTH = 96
+MIXER_DROPOUT = 0.3
+
+
+def _mixer_create(name: str, **overrides):
+  return attention_zoo.create_layer(name, **overrides)
+
+
+def _mixer_inputs(seed: int, length: int = MIXER_LENGTH, dtype=np.float32):
+  rng = np.random.default_rng(seed)
+  return rng.normal(size=(MIXER_BATCH, length, MIXER_DIM)).astype(dtype)
+
+
+def _mixer_call(mixer, variables, x, mask, *, deterministic=True, rngs=None):
+  import jax.numpy as jnp
+
+  extra = {"residual": x} if type(mixer.config).gated_residual else {}
+  return mixer.apply(variables, jnp.asarray(x), jnp.asarray(mask), deterministic=deterministic,
+                     rngs=rngs or {}, **extra)
+
+
+def _mixer_init(mixer, x, mask, seed: int = 0):
+  import jax
+  import jax.numpy as jnp
+
+  extra = {"residual": jnp.asarray(x)} if type(mixer.config).gated_residual else {}
+  return mixer.init({"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1)}, jnp.asarray(x),
+                    jnp.asarray(mask), deterministic=True, **extra)
+
+
+def _mixer_setup(name: str, **overrides):
+  """(mixer, x, mask, variables): the mixer with ``overrides`` on the padded batch of ``_mixer_padded``."""
+  mixer = _mixer_create(name, **overrides)
+  x, mask = _mixer_padded()
+  return mixer, x, mask, _mixer_init(mixer, x, mask)
+
+
+def _mixer_padded(length: int = MIXER_LENGTH, pad: int = MIXER_PAD):
+  """x [B, L, D] with row 0 padded at its tail (zeroed, as the encoder passes it) and row 1 full."""
+  x = _mixer_inputs(0, length)
+  mask = np.ones((MIXER_BATCH, length), bool)
+  mask[0, length - pad:] = False
+  x = x * mask[..., None]
+  return x, mask
+
+
+def _mixer_check_config(name: str):
+  config = attention_zoo.layer_config(name)
+  problems = []
+  if not isinstance(config, attention_zoo.MixerConfig) or not dataclasses.is_dataclass(config):
+    problems.append(f"{type(config).__name__} is not a MixerConfig dataclass")
+  elif not type(config).__dataclass_params__.frozen:  # type: ignore[attr-defined]
+    problems.append("the config is not frozen")
+  if getattr(config, "causal", None) is not False:
+    problems.append(f"causal defaults to {getattr(config, 'causal', None)!r}, not False")
+  return not problems, type(config).__name__, "; ".join(problems)
+
+
+def _mixer_check_dtype(name: str, dtype_name: str):
+  import jax.numpy as jnp
+
+  dtype = jnp.dtype(dtype_name)
+  mixer, x, mask, variables = _mixer_setup(name)
+  out = _mixer_call(mixer, variables, jnp.asarray(x, dtype), mask)
+  problems = []
+  if tuple(out.shape) != x.shape:
+    problems.append(f"shape {list(out.shape)}, expected {list(x.shape)}")
+  if out.dtype != dtype:
+    problems.append(f"dtype {out.dtype}, expected {dtype}")
+  finite = bool(np.all(np.isfinite(np.asarray(out, np.float32))))
+  if not finite:
+    problems.append("non-finite outputs")
+  return not problems, f"{out.dtype} {list(out.shape)}, finite={finite}", "; ".join(problems)
+
+
+def _mixer_check_jit(name: str):
+  import jax
+
+  mixer, x, mask, variables = _mixer_setup(name, dropout_rate=MIXER_DROPOUT)
+  rngs = {"dropout": jax.random.key(5)}
+  with jax.disable_jit():
+    eager = np.asarray(_mixer_call(mixer, variables, x, mask, deterministic=False, rngs=rngs))
+  jitted = np.asarray(jax.jit(lambda v, x, m: _mixer_call(mixer, v, x, m, deterministic=False, rngs=rngs))(
+      variables, x, mask))
+  err = _max_abs(eager - jitted)
+  tol = SAME * (1 + _max_abs(eager))
+  return err <= tol, f"max |jit - eager| {err:.2e}", "" if err <= tol else f"tolerance {tol:.1e}"
+
+
+def _mixer_check_gradients(name: str):
+  import jax
+  import jax.numpy as jnp
+
+  mixer, x, mask, variables = _mixer_setup(name)
+  weights = jnp.asarray(mask[..., None], jnp.float32)
+
+  def loss(params, x):
+    out = _mixer_call(mixer, {**variables, "params": params}, x, mask)
+    return jnp.sum(jnp.sin(out.astype(jnp.float32)) * weights)  # sin: no cancellation of a plain sum
+
+  g_params, g_x = jax.grad(loss, argnums=(0, 1))(variables["params"], jnp.asarray(x))
+  problems = []
+  if not np.all(np.isfinite(np.asarray(g_x))) or _max_abs(g_x) == 0:
+    problems.append("d/dx is non-finite or zero")
+  flat = jax.tree_util.tree_flatten_with_path(g_params)[0]
+  dead = [jax.tree_util.keystr(path) for path, g in flat if _max_abs(g) == 0]
+  bad = [jax.tree_util.keystr(path) for path, g in flat if not np.all(np.isfinite(np.asarray(g)))]
+  if bad:
+    problems.append(f"non-finite gradient of {', '.join(bad[:4])}")
+  if dead:
+    problems.append(f"zero gradient of {', '.join(dead[:4])}")
+  return not problems, f"{len(flat)} parameters, |d/dx| max {_max_abs(g_x):.2e}", "; ".join(problems)
+
+
+def _mixer_check_padding(name: str):
+  mixer, x, mask, variables = _mixer_setup(name)
+  padded = np.asarray(_mixer_call(mixer, variables, x, mask), np.float64)
+  real = MIXER_LENGTH - MIXER_PAD
+  cut = np.asarray(_mixer_call(mixer, variables, x[:1, :real], mask[:1, :real]), np.float64)
+  err = _max_abs(padded[0, :real] - cut[0])
+  tol = SAME * (1 + _max_abs(cut))
+  return (err <= tol, f"max |padded - cut| {err:.2e} on {real} real positions",
+          "" if err <= tol else f"the padded tail reaches real positions (tolerance {tol:.1e})")
+
+
+def _mixer_check_causal(name: str):
+  config = attention_zoo.layer_config(name)
+  if type(config).no_causal_form:
+    return None, "no causal form", str(type(config).no_causal_form)
+  mixer = _mixer_create(name, causal=True)
+  x = _mixer_inputs(1, MIXER_CAUSAL_LENGTH)
+  mask = np.ones(x.shape[:2], bool)
+  variables = _mixer_init(mixer, x, mask)
+  half = MIXER_CAUSAL_LENGTH // 2
+  other = x.copy()
+  other[:, half:] = _mixer_inputs(2, MIXER_CAUSAL_LENGTH)[:, half:]
+  a = np.asarray(_mixer_call(mixer, variables, x, mask), np.float64)
+  b = np.asarray(_mixer_call(mixer, variables, other, mask), np.float64)
+  err = _max_abs(a[:, :half] - b[:, :half])
+  tol = SAME * (1 + _max_abs(a))
+  moved = _max_abs(a[:, half:] - b[:, half:])
+  problems = [] if err <= tol else [f"the future reaches the past (tolerance {tol:.1e})"]
+  if moved <= tol:
+    problems.append("changing the second half does not change its own outputs")
+  return not problems, f"max |delta| on the first half {err:.2e}", "; ".join(problems)
+
+
+def _mixer_check_determinism(name: str):
+  import jax
+
+  mixer, x, mask, variables = _mixer_setup(name, dropout_rate=MIXER_DROPOUT)
+  run = lambda key, det: np.asarray(_mixer_call(mixer, variables, x, mask, deterministic=det,
+                                          rngs={"dropout": jax.random.key(key)}))
+  moved = _max_abs(run(1, False) - run(2, False))
+  still = _max_abs(run(1, True) - run(2, True))
+  problems = []
+  if moved == 0:
+    problems.append(f"dropout_rate={MIXER_DROPOUT}: another dropout key gives the same output")
+  if still != 0:
+    problems.append("deterministic=True still depends on the dropout key")
+  return not problems, f"|delta| with dropout {moved:.2e}, deterministic {still:.1e}", "; ".join(problems)
+
+
+def _mixer_check_modes(name: str):
+  """``mode="chunk"`` (the chunked-parallel / parallel-scan form) equals ``mode="recurrent"`` (token by token),
+  bidirectional on the padded batch and causal, for a mixer whose config has a ``mode`` field."""
+  import jax.numpy as jnp
+
+  config = attention_zoo.layer_config(name)
+  fields = {f.name for f in dataclasses.fields(config)}
+  if "mode" not in fields:
+    return None, "one form", "the config has no mode field"
+  worst, scale = 0.0, 0.0
+  for causal in (False, True):
+    chunk = _mixer_create(name, mode="chunk", causal=causal)
+    x, mask = _mixer_padded()
+    variables = _mixer_init(chunk, x, mask)
+    a = np.asarray(_mixer_call(chunk, variables, jnp.asarray(x), mask), np.float64)
+    b = np.asarray(_mixer_call(_mixer_create(name, mode="recurrent", causal=causal), variables, jnp.asarray(x), mask),
+                   np.float64)
+    worst, scale = max(worst, _max_abs(a - b)), max(scale, _max_abs(a))
+  tol = 10 * SAME * (1 + scale)  # float32: the two forms sum in different orders
+  return (worst <= tol, f"max |chunk - recurrent| {worst:.2e} (bidirectional and causal)",
+          "" if worst <= tol else f"tolerance {tol:.1e}")
+
+
+_MIXER_CHECK_FNS: dict[str, Callable[[str], tuple[bool | None, str, str]]] = {
+    "config": _mixer_check_config,
+    "float32": lambda name: _mixer_check_dtype(name, "float32"),
+    "bfloat16": lambda name: _mixer_check_dtype(name, "bfloat16"),
+    "jit": _mixer_check_jit,
+    "gradients": _mixer_check_gradients,
+    "padding": _mixer_check_padding,
+    "causal": _mixer_check_causal,
+    "determinism": _mixer_check_determinism,
+    "modes": _mixer_check_modes,
+}
+assert tuple(_MIXER_CHECK_FNS) == MIXER_CHECKS
+
+
+
 def _options(quick: bool, opts: dict[str, Any]) -> Options:
   fields = {f.name for f in dataclasses.fields(Options)}
   unknown = sorted(set(opts) - fields)
@@ -653,18 +871,56 @@ def _options(quick: bool, opts: dict[str, Any]) -> Options:
   return dataclasses.replace(QUICK if quick else Options(), **opts)
 
 
-def check_one(name: str, check: str, **opts: Any) -> Check:
-  """Runs one check on the core registered as ``name``; ``opts``: ``quick`` and ``Options`` fields.
-  (``lra_bench.check.run_check`` is the other thing: the whole verdict of ``lra-bench check``.)
+@dataclasses.dataclass(frozen=True)
+class Kit:
+  """The checks of one kind of sequence layer: their names, how to run one, and the title of their table."""
 
-  A core that raises is a failed check whose detail is the error (never an exception here); an unknown
-  attention or check name raises ValueError.
-  """
-  if check not in _CHECK_FNS:
-    raise ValueError(f"unknown check {check!r}; known checks: {', '.join(CHECKS)}")
-  attention_zoo.attention_config(name)  # unknown name -> ValueError listing the known ones
+  kind: str
+  checks: tuple[str, ...]
+  run: Callable[[str, str, dict[str, Any]], tuple[bool | None, str, str]]
+  title: Callable[[bool], str]
+
+
+def _core_check(name: str, check: str, opts: dict[str, Any]):
   o = _options(bool(opts.pop("quick", False)), opts)
-  return run_guarded(check, lambda: _CHECK_FNS[check](name, o))
+  return _CHECK_FNS[check](name, o)
+
+
+def _mixer_check(name: str, check: str, opts: dict[str, Any]):
+  del opts  # a mixer's checks run at their one set of shapes (MIXER_LENGTH, ...)
+  return _MIXER_CHECK_FNS[check](name)
+
+
+KITS = {
+    "attention": Kit("attention", CHECKS, _core_check,
+                     lambda quick: (f"`lra_bench.testing`, L = {(QUICK if quick else Options()).length}, causal L = "
+                                    f"{(QUICK if quick else Options()).causal_length}")),
+    "mixer": Kit("mixer", MIXER_CHECKS, _mixer_check,
+                 lambda quick: (f"`lra_bench.testing` (mixer checks), L = {MIXER_LENGTH}, causal L = "
+                                f"{MIXER_CAUSAL_LENGTH}")),
+}
+
+
+def kit(name: str) -> Kit:
+  """The checks that apply to ``name``: the one place the kit asks which kind of layer a name is (an unknown
+  name raises ValueError listing the known ones)."""
+  return KITS[attention_zoo.layer_kind(name)]
+
+
+def check_one(name: str, check: str, **opts: Any) -> Check:
+  """Runs one check on the layer (attention core or sequence mixer) registered as ``name``; ``opts``:
+  ``quick`` and ``Options`` fields (a core's; a mixer's checks take none). (``lra_bench.check.run_check`` is
+  the other thing: the whole verdict of ``lra-bench check``.)
+
+  A layer that raises is a failed check whose detail is the error (never an exception here); an unknown
+  layer or check name raises ValueError.
+  """
+  layer_kit = kit(name)
+  if check not in layer_kit.checks:
+    raise ValueError(f"unknown check {check!r} for {name!r}; its checks: {', '.join(layer_kit.checks)}")
+  if layer_kit.kind == "attention":
+    _options(bool(opts.get("quick", False)), {k: v for k, v in opts.items() if k != "quick"})  # bad options raise
+  return run_guarded(check, lambda: layer_kit.run(name, check, dict(opts)))
 
 
 def run_guarded(check: str, measure: Callable[[], tuple[bool | None, str, str]]) -> Check:
@@ -688,9 +944,10 @@ def run_guarded(check: str, measure: Callable[[], tuple[bool | None, str, str]])
 
 def run_conformance(name: str, *, quick: bool = False,
                     progress: Callable[[Check], None] | None = None) -> list[Check]:
-  """Every check in ``CHECKS`` on ``name``; ``progress(check)`` is called after each one."""
+  """Every check of ``name``'s kind (``CHECKS`` for a core, ``MIXER_CHECKS`` for a mixer) on ``name``;
+  ``progress(check)`` is called after each one."""
   results = []
-  for check in CHECKS:
+  for check in kit(name).checks:
     results.append(check_one(name, check, quick=quick))
     if progress is not None:
       progress(results[-1])
@@ -706,4 +963,5 @@ def assert_conformant(name: str, *, quick: bool = False) -> None:
   failed = failures(run_conformance(name, quick=quick))
   if failed:
     lines = [f"  {r.name}: {r.measured}" + (f" ({r.detail})" if r.detail else "") for r in failed]
-    raise AssertionError(f"attention {name!r} fails {len(failed)} conformance check(s):\n" + "\n".join(lines))
+    noun = type(attention_zoo.layer_config(name)).noun
+    raise AssertionError(f"{noun} {name!r} fails {len(failed)} conformance check(s):\n" + "\n".join(lines))

@@ -14,10 +14,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, "lra_bench")
 # A module may import modules of its own layer or below. Layer 0, the ground: modules that import no
 # other part of lra_bench but each other (errors: the base of the user-facing errors; files: the atomic
-# writer; testing and mixer_testing: the conformance kits and the effective-matrix probe, which import only
-# attention_zoo and each other, so they can never reach training). The command modules (cli, check,
+# writer; testing: the conformance kit and the effective-matrix probe, which imports only attention_zoo, so
+# it can never reach training). The command modules (cli, check,
 # scaffold) share the top layer.
-LAYER = {"errors": 0, "files": 0, "testing": 0, "mixer_testing": 0, "training": 1, "experiments": 2, "report": 3,
+LAYER = {"errors": 0, "files": 0, "testing": 0, "training": 1, "experiments": 2, "report": 3,
          "cli": 4, "check": 4, "scaffold": 4, "__main__": 5}
 
 

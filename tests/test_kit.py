@@ -205,7 +205,7 @@ def test_assert_conformant_lists_each_failure_with_its_number(fakes):
 
 
 def test_bad_arguments_are_clear(fakes):
-  with pytest.raises(ValueError, match="known checks: config"):
+  with pytest.raises(ValueError, match="its checks: config"):
     testing.check_one("fake_ok", "no_such_check")
   with pytest.raises(ValueError, match="known attentions"):
     testing.check_one("no_such_attention", "config")

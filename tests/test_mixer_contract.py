@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import attention_zoo
-from attention_zoo import mixers, registry
-from lra_bench import mixer_testing
+from attention_zoo import registry
+from lra_bench import testing
 from lra_bench.errors import ConfigError
 from lra_bench.experiments import cell, results, suite
 from lra_bench.training import config as config_lib
@@ -26,7 +26,7 @@ from tests.conftest import tiny_overrides
 
 
 @dataclasses.dataclass(frozen=True)
-class ToyConfig(mixers.MixerConfig):
+class ToyConfig(registry.MixerConfig):
   bidirectional: bool = True
   family = "ssm"
 
@@ -58,7 +58,7 @@ class Toy(nn.Module):
 
 
 @dataclasses.dataclass(frozen=True)
-class GatedConfig(mixers.MixerConfig):
+class GatedConfig(registry.MixerConfig):
   gated_residual = True
 
 
@@ -74,7 +74,7 @@ class Gated(nn.Module):
 
 @pytest.fixture
 def toy():
-  with mixers.temporary({"toy_mixer": (Toy, ToyConfig), "toy_gated": (Gated, GatedConfig)}) as names:
+  with registry.temporary({"toy_mixer": (Toy, ToyConfig), "toy_gated": (Gated, GatedConfig)}) as names:
     yield names
 
 
@@ -82,9 +82,10 @@ def test_one_namespace_and_kinds(toy):
   assert "toy_mixer" in attention_zoo.list_mixers() and "toy_mixer" not in attention_zoo.list_attentions()
   assert attention_zoo.layer_kind("toy_mixer") == "mixer" and attention_zoo.layer_kind("vanilla") == "attention"
   assert attention_zoo.list_layers()[-len(attention_zoo.list_mixers()):] == attention_zoo.list_mixers()
-  with pytest.raises(registry.PluginError, match="clashes with the attention core"):
-    mixers.register_mixer("vanilla", ToyConfig)(Toy)
-  with pytest.raises(ValueError, match="unknown sequence mixer 'nope'"):
+  with pytest.raises(registry.PluginError,
+                     match=r"registered twice: .*\(as an attention core and as a sequence mixer\)"):
+    registry.register_mixer("vanilla", ToyConfig)(Toy)
+  with pytest.raises(ValueError, match="unknown attention 'nope'"):
     attention_zoo.create_mixer("nope")
   with pytest.raises(TypeError, match="has no config field"):
     attention_zoo.mixer_config("toy_mixer", wrong=1)
@@ -214,22 +215,22 @@ def test_suite_all_includes_mixers_and_their_causal_form(toy, tmp_path):
 
 
 def test_mixer_kit_passes_the_toy_and_catches_a_leak(toy):
-  assert mixer_testing.failures(mixer_testing.run_conformance("toy_mixer")) == []
+  assert testing.failures(testing.run_conformance("toy_mixer")) == []
 
   class Leaky(Toy):  # adds a bias before the scan without masking again: the padded tail's count leaks
     @nn.compact
     def __call__(self, x, mask, deterministic=True):
       return super().__call__(x + 1.0, mask, deterministic)
 
-  with mixers.temporary({"toy_leaky": (Leaky, ToyConfig)}):
-    result = mixer_testing.check_one("toy_leaky", "padding")
+  with registry.temporary({"toy_leaky": (Leaky, ToyConfig)}):
+    result = testing.check_one("toy_leaky", "padding")
   assert result.passed is False and "padded tail reaches" in result.detail
 
 
 def test_a_one_way_mixer_under_cls_pooling_is_refused_and_cpu_makes_it_bidirectional(toy):
   """The CLS vector is the first position: a forward-only scan gives it nothing of the sequence."""
   with pytest.raises(ConfigError, match="model.pooling='CLS' is not allowed; expected MEAN, SUM or MAX with the "
-                                        "one-directional mixer 'toy_mixer'"):
+                                        "one-directional sequence mixer 'toy_mixer'"):
     config_lib.load_config("lra", "listops", ["model.attention_kwargs.bidirectional=False"], attention="toy_mixer")
   config_lib.load_config("lra", "listops", ["model.attention_kwargs.bidirectional=False", "model.pooling=MEAN"],
                          attention="toy_mixer")

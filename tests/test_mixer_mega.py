@@ -355,7 +355,7 @@ def test_registry_entries_and_config():
   for config in (whole, chunked):
     assert type(config).family == "gated-ema" and type(config).gated_residual
     assert type(config).no_causal_form is None
-  assert attention_zoo.mixers.mixer_family("mega_chunk") == "gated-ema"
+  assert attention_zoo.layer_family("mega_chunk") == "gated-ema"
   assert whole.state_size(1000, 80) == 80 * 16 + 1000 * (64 + 160)
   assert chunked.state_size(1000, 80) == 80 * 16 + 128 * (64 + 160)
   assert chunked.state_size(50, 80) == 80 * 16 + 50 * (64 + 160)

@@ -11,7 +11,8 @@ import pytest
 from scipy.special import erf
 
 import attention_zoo
-from attention_zoo.mixers import create_mixer, mixer_config, mixer_family
+from attention_zoo import create_mixer, mixer_config
+from attention_zoo import layer_family as mixer_family
 from attention_zoo.mixers import s4d
 
 
@@ -240,7 +241,8 @@ def test_config_registry_and_parameter_names():
   assert (config.d_state, config.init, config.disc, config.dt_min, config.dt_max, config.bidirectional,
           config.trainable_B, config.tie_dropout, config.postact) == (64, "legs", "zoh", 1e-3, 1e-1, True,
                                                                      False, False, "glu")
-  assert type(config).paper_name == "S4D" and mixer_family("s4d") == "ssm" and attention_zoo.is_mixer("s4d")
+  assert type(config).paper_name == "S4D" and mixer_family("s4d") == "ssm"
+  assert attention_zoo.layer_kind("s4d") == "mixer"
   assert config.state_size(1000, 16) == 16 * 64 == config.state_size(10, 16)
   for bad in ({"d_state": 7}, {"init": "foo"}, {"disc": "dss"}, {"postact": "gelu"}):
     with pytest.raises(ValueError):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention_zoo import mixers
+import attention_zoo
 from attention_zoo.mixers import s5
 
 H, L = 4, 9
@@ -15,7 +15,7 @@ SMALL = {"d_state": 8, "blocks": 2}
 
 
 def make(**overrides):
-  return mixers.create_mixer("s5", **{**SMALL, **overrides})
+  return attention_zoo.create_mixer("s5", **{**SMALL, **overrides})
 
 
 def random_x(seed, batch=2, length=L, dtype=jnp.float64):
@@ -213,8 +213,8 @@ def test_causal_ignores_the_future(x64):
     np.testing.assert_allclose(np.asarray(out2[:, :i + 1]), np.asarray(out[:, :i + 1]), rtol=1e-12,
                                atol=1e-14)
     assert not np.allclose(np.asarray(out2[:, i + 1]), np.asarray(out[:, i + 1]))
-  assert model.config.state_size(100, H) == 8 == mixers.mixer_config("s5", d_state=8, blocks=2).state_size(7, 3)
-  assert mixers.mixer_config("s5", d_state=8, blocks=2, conj_sym=False).state_size(1, 1) == 16
+  assert model.config.state_size(100, H) == 8 == attention_zoo.mixer_config("s5", d_state=8, blocks=2).state_size(7, 3)
+  assert attention_zoo.mixer_config("s5", d_state=8, blocks=2, conj_sym=False).state_size(1, 1) == 16
 
 
 @pytest.mark.parametrize("activation", ["half_glu1", "full_glu"])
@@ -239,12 +239,12 @@ def test_gradients_jit_bfloat16_and_registry(activation):
   out_bf16 = model.apply(variables, x.astype(jnp.bfloat16), mask)
   assert out_bf16.dtype == jnp.bfloat16 and out_bf16.shape == x.shape
   assert np.all(np.isfinite(np.asarray(out_bf16, np.float32)))
-  cfg = mixers.mixer_config("s5")
+  cfg = attention_zoo.mixer_config("s5")
   assert (cfg.d_state, cfg.blocks, cfg.C_init, cfg.activation, cfg.bidirectional) == (
       256, 8, "trunc_standard_normal", "half_glu1", True)
-  assert mixers.mixer_family("s5") == "ssm" and type(cfg).paper_name == "S5"
+  assert attention_zoo.layer_family("s5") == "ssm" and type(cfg).paper_name == "S5"
   with pytest.raises(ValueError, match="even"):
-    mixers.mixer_config("s5", d_state=6, blocks=2)
+    attention_zoo.mixer_config("s5", d_state=6, blocks=2)
 
 
 @pytest.mark.parametrize("tie", [True, False])

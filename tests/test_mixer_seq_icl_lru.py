@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention_zoo.mixers import create_mixer, mixer_config, mixer_family
+from attention_zoo import create_mixer, mixer_config
+from attention_zoo import layer_family as mixer_family
 from lra_bench.training import config as config_lib
 
 

@@ -67,6 +67,26 @@ def plugins(tmp_path, monkeypatch):
     del sys.modules[name]
 
 
+# A mixer a plugin registers beside its core (the same plugin mechanism imports both kinds).
+MIXER = """
+import dataclasses as _dataclasses
+from attention_zoo.registry import MixerConfig as _MixerConfig, register_mixer as _register_mixer
+
+
+@_dataclasses.dataclass(frozen=True)
+class HalfMixerConfig(_MixerConfig):
+  pass
+
+
+@_register_mixer("half_mixer", HalfMixerConfig)
+class HalfMixer(nn.Module):
+  config: HalfMixerConfig
+
+  def __call__(self, x, mask, deterministic=True):
+    return x
+"""
+
+
 def _unique(prefix: str) -> str:
   return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
@@ -83,13 +103,17 @@ def test_plugin_module_registers_and_names_its_module(plugins):
 
 
 def test_import_failure_is_one_line_naming_module_and_exception(plugins):
-  module = plugins(_unique("broken"), CORE.format(name="half_registered", cls="Half")
+  module = plugins(_unique("broken"), CORE.format(name="half_registered", cls="Half") + MIXER
                    + "\nimport no_such_module_xyz\n")
   with pytest.raises(attention_zoo.PluginError) as err:
     attention_zoo.load_plugins([module])
   assert str(err.value) == (f"plugin '{module}' failed to import: ModuleNotFoundError: "
-                            "No module named 'no_such_module_xyz'")
-  assert "half_registered" not in attention_zoo.list_attentions()  # what it registered is undone
+                            "No module named 'no_such_module_xyz'; unregistered again: a sequence mixer "
+                            "'half_mixer', an attention core 'half_registered'")
+  # what it registered is undone, of both kinds (the mixer stayed registered when mixers had a registry of
+  # their own)
+  assert "half_registered" not in attention_zoo.list_attentions()
+  assert "half_mixer" not in attention_zoo.list_layers()
   with pytest.raises(attention_zoo.PluginError) as err:
     attention_zoo.load_plugins(["no_such_plugin_pkg_xyz.attn"])
   assert str(err.value) == ("plugin 'no_such_plugin_pkg_xyz.attn' failed to import: ModuleNotFoundError: "

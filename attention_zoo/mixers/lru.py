@@ -78,7 +78,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo.mixers import MixerConfig, _scan, register_mixer
+from attention_zoo.mixers import _scan
+from attention_zoo.registry import MixerConfig, register_mixer
 
 
 @dataclasses.dataclass(frozen=True)

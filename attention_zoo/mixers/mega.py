@@ -97,7 +97,7 @@ import jax
 import jax.numpy as jnp
 
 from attention_zoo import _common
-from attention_zoo.mixers import MixerConfig, register_mixer
+from attention_zoo.registry import MixerConfig, register_mixer
 
 ATTENTION_FNS = ("softmax", "laplace", "relu2")
 # The original's ``utils.laplace`` constants: μ ≈ √½, σ ≈ √(1/(4π)), as literals.

@@ -76,7 +76,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers import MixerConfig, register_mixer
+from attention_zoo.registry import MixerConfig, register_mixer
 
 INITS = ("legs", "lin", "inv")
 DISCS = ("zoh", "bilinear")

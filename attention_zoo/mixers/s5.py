@@ -86,7 +86,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers import MixerConfig, _scan, register_mixer
+from attention_zoo.mixers import _scan
+from attention_zoo.registry import MixerConfig, register_mixer
 
 C_INITS = ("trunc_standard_normal", "lecun_normal", "complex_normal")
 DISCRETIZATIONS = ("zoh", "bilinear")

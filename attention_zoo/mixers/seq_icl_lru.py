@@ -62,7 +62,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo.mixers import MixerConfig, register_mixer
+from attention_zoo.registry import MixerConfig, register_mixer
 from attention_zoo.mixers.lru import (eigenvalues, gamma_log_init, linear_recurrence, nu_log_init,
                                       theta_log_init)
 

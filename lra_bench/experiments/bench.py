@@ -169,7 +169,8 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   if config.bench.mode == "core":
     import attention_zoo
 
-    return measure_mixer(config) if attention_zoo.is_mixer(config.model.attention) else measure_core(config)
+    probe = type(attention_zoo.layer_config(config.model.attention)).probe_inputs
+    return measure_core(config) if "value" in probe else measure_mixer(config)
   peak_before = xla_stats.peak_memory_bytes()
   task = tasks_lib.get_task(config.task)
   b, length, mode = config.batch_size, config.data.max_length, config.bench.mode
@@ -370,7 +371,7 @@ def measure_mixer(config: ml_collections.ConfigDict) -> dict[str, Any]:
   peak_before = xla_stats.peak_memory_bytes()
   b, length, width = config.batch_size, config.data.max_length, config.model.emb_dim
   dtype = steps.compute_dtype(config)
-  mixer = attention_zoo.create_mixer(config.model.attention, **{"dropout_rate": config.model.dropout_rate,
+  mixer = attention_zoo.create_layer(config.model.attention, **{"dropout_rate": config.model.dropout_rate,
                                                                 **dict(config.model.attention_kwargs)})
   gated = type(mixer.config).gated_residual
   keys = jax.random.split(jax.random.key(config.seed), 2)

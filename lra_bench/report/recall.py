@@ -56,17 +56,10 @@ def state_size(attention: str, config: dict) -> tuple[int | None, str]:
   heads = _get(config, "model.num_heads") or 1
   width = _get(config, "model.qkv_dim") or 0
   kwargs = {k: v for k, v in (_get(config, "model.attention_kwargs") or {}).items() if k != "causal"}
-  if attention in attention_zoo.list_mixers():  # a sequence mixer: its state at the model's width
-    try:
-      config_obj = attention_zoo.mixer_config(attention, **kwargs)
-      size = config_obj.state_size(int(_get(config, "data.max_length")), int(_get(config, "model.emb_dim")))
-    except (ValueError, TypeError, NotImplementedError) as err:
-      return None, f"unknown: {err}"
-    doc = " ".join((type(config_obj).state_size.__doc__ or "").split("\n\n")[0].split())
-    return (None, f"no causal form: {type(config_obj).no_causal_form}") if size is None else (int(size), doc)
+  d_model = _get(config, "model.emb_dim")
   try:
     return function(attention, int(_get(config, "data.max_length")), int(heads), int(width) // int(heads),
-                    **kwargs)
+                    d_model=None if d_model is None else int(d_model), **kwargs)
   except (ValueError, TypeError) as err:
     return None, str(err)
 
@@ -202,18 +195,9 @@ def published_protocol(protocol: str) -> str:
 
 
 def no_causal_forms(names: Sequence[str] | None = None) -> dict[str, str]:
-  """attention -> why it has no causal form, over the registered attentions (or ``names``)."""
-  out = {}
-  for name in names or attention_zoo.list_attentions():
-    if name in attention_zoo.list_mixers():
-      config = attention_zoo.mixer_config(name)
-      if type(config).no_causal_form:
-        out[name] = f"no causal form: {type(config).no_causal_form}"
-      continue
-    size, why = attention_zoo.state_size(name, 16, 1, 4)
-    if size is None and why.startswith("no causal form"):
-      out[name] = why
-  return out
+  """layer -> why it has no causal form, over the registered attention cores (or ``names``, of either kind)."""
+  reasons = {name: attention_zoo.no_causal_form(name) for name in names or attention_zoo.list_attentions()}
+  return {name: why for name, why in reasons.items() if why}
 
 
 def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,

@@ -405,14 +405,13 @@ def _validate_attention(config: ml_collections.ConfigDict) -> None:
     layer = attention_zoo.layer_config(config.model.attention, **kwargs)
   except (ValueError, TypeError) as err:
     raise ConfigError(f"model.attention_kwargs: {err}") from None
-  if attention_zoo.is_mixer(config.model.attention) and config.model.get("share_attention_core", False):
-    fail("model.share_attention_core", True, f"False with the sequence mixer {config.model.attention!r}: "
+  if not type(layer).shareable and config.model.get("share_attention_core", False):
+    fail("model.share_attention_core", True, f"False with the {type(layer).noun} {config.model.attention!r}: "
          "one core shared by every layer applies to attention cores (Xiong et al.'s Linformer projection)")
-  one_way = getattr(layer, "causal", False) or getattr(layer, "bidirectional", True) is False
-  if attention_zoo.is_mixer(config.model.attention) and one_way and config.model.pooling == "CLS":
-    fail("model.pooling", "CLS", f"MEAN, SUM or MAX with the one-directional mixer {config.model.attention!r}: "
-         "the CLS vector is the first position, so a forward scan gives it nothing of the sequence (or set "
-         "model.attention_kwargs.bidirectional=True)")
+  if layer.one_way and config.model.pooling == "CLS":
+    fail("model.pooling", "CLS", f"MEAN, SUM or MAX with the one-directional {type(layer).noun} "
+         f"{config.model.attention!r}: the CLS vector is the first position, so a forward scan gives it nothing "
+         "of the sequence (or set model.attention_kwargs.bidirectional=True)")
 
 
 def _validate_names(config: ml_collections.ConfigDict) -> None:
@@ -476,19 +475,14 @@ def causal_form_problem(config: ml_collections.ConfigDict) -> str | None:
   import jax
   import jax.numpy as jnp
 
+  from lra_bench.training import models  # flax: imported here so that loading this module stays light
+
   keys = {name: jax.random.PRNGKey(i) for i, name in enumerate(("params", "dropout", "attention"))}
+  x = jax.ShapeDtypeStruct((1, config.data.max_length, config.model.emb_dim), jnp.float32)
   mask = jax.ShapeDtypeStruct((1, config.data.max_length), jnp.bool_)
-  if attention_zoo.is_mixer(config.model.attention):  # a sequence mixer: x [B, L, D]
-    x = jax.ShapeDtypeStruct((1, config.data.max_length, config.model.emb_dim), jnp.float32)
-    mixer = attention_zoo.create_mixer(config.model.attention, **kwargs)
-    init = lambda x, m: mixer.init(keys, x, m, deterministic=True)
-    args = (x, mask)
-  else:
-    heads = config.model.num_heads
-    q = jax.ShapeDtypeStruct((1, config.data.max_length, heads, config.model.qkv_dim // heads), jnp.float32)
-    core = attention_zoo.create_attention(config.model.attention, **kwargs)
-    init = lambda q, m: core.init(keys, q, q, q, mask=m, deterministic=True)
-    args = (q, mask)
+  block = models.EncoderBlock(config.model)  # the encoder's sequence layer, built by its one factory
+  init = lambda x, m: block.init(keys, x, m, deterministic=True)
+  args = (x, mask)
   try:
     jax.eval_shape(init, *args)
   except NotImplementedError as err:

@@ -497,14 +497,12 @@ class Run:
       self.writer.scalar("train/learning_rate", float(self.schedule(step)), step)
       self.writer.flush()
 
-  LAYER_WORDS = {"attention": "attention core", "mixer": "sequence mixer"}
-
   def _nan_before_update(self, loss: float) -> str:
     """The NaN message when step 1's loss (the initial parameters: no update yet) is not finite."""
     name = self.config.model.attention
     module = attention_zoo.layer_defining_module(name)
     plugin = "" if module.startswith("attention_zoo.") else f" --plugin {module}"
-    layer = self.LAYER_WORDS[attention_zoo.layer_kind(name)]
+    layer = type(attention_zoo.layer_config(name)).noun
     return (f"loss is {loss} at step 1, before any parameter update: the model produced it from its "
             f"initial parameters, so the learning rate is not the cause; check the {layer} "
             f"{name!r} with: lra-bench check {name}{plugin}")

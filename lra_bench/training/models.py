@@ -104,8 +104,8 @@ class MultiHeadAttention(nn.Module):
     q, k, v = dense("query")(x), dense("key")(x), dense("value")(x)        # [B, T, H, D]
     core = self.shared_core
     if core is None:
-      core = attention_zoo.create_attention(self.attention, dropout_rate=self.dropout_rate,
-                                            **dict(self.attention_kwargs)).clone(parent=self, name="core")
+      core = attention_zoo.create_layer(self.attention, dropout_rate=self.dropout_rate,
+                                        **dict(self.attention_kwargs)).clone(parent=self, name="core")
     out = core(q, k, v, mask=mask, deterministic=deterministic)
     check_core_output(self.attention, out, v)
     return nn.DenseGeneral(x.shape[-1], axis=(-2, -1), use_bias=self.use_bias, name="out",
@@ -188,25 +188,9 @@ class EncoderBlock(nn.Module):
   def __call__(self, x, mask, deterministic: bool):
     c = self.config
     in_init, out_init = dense_inits(c)
-    if attention_zoo.is_mixer(c.attention):
-      kwargs = {"dropout_rate": c.dropout_rate, **dict(c.attention_kwargs)}
-      mixer = attention_zoo.create_mixer(c.attention, **kwargs).clone(parent=self, name="mixer")
-      gated = bool(type(mixer.config).gated_residual)
-
-      def mix(y, residual):
-        zeroed = y * mask[..., None].astype(y.dtype)  # the contract: padded inputs are zero
-        out = (mixer(zeroed, mask, deterministic, residual=residual) if gated
-               else mixer(zeroed, mask, deterministic))
-        check_mixer_output(c.attention, out, y)
-        return out
-
-      x = self._sublayer(x, mask, deterministic, mix, gated)
-    else:
-      attention = MultiHeadAttention(c.num_heads, c.qkv_dim, c.attention, c.attention_kwargs,
-                                     c.attention_dropout_rate, self.dtype, shared_core=self.shared_core,
-                                     kernel_init=in_init, out_kernel_init=out_init,
-                                     use_bias=c.get("attention_bias", False))
-      x = self._sublayer(x, mask, deterministic, lambda y, _: attention(y, mask, deterministic))
+    layer, gated = sequence_layer(self, c, mask, deterministic, dtype=self.dtype, shared_core=self.shared_core,
+                                  kernel_init=in_init, out_kernel_init=out_init)
+    x = self._sublayer(x, mask, deterministic, layer, gated)
     if not c.get("mlp", True):  # sequence-layer-only blocks (Zoology's recall models, the SSM recipes)
       return x
     activation = MLP_ACTIVATIONS[c.get("mlp_activation", "gelu")]
@@ -219,10 +203,49 @@ class EncoderBlock(nn.Module):
     return self._sublayer(x, mask, deterministic, mlp)
 
 
-def check_mixer_output(name: str, out: Any, x: jax.Array) -> None:
-  """Raises ``CoreOutputError`` unless a mixer returned ``[B, L, D]`` in its input's dtype (CONTRACT 4)."""
-  _check_output(out, x, f"sequence mixer {name!r} (module {attention_zoo.layer_defining_module(name)})",
-                "a mixer must return [B, L, D]", "its input's dtype", name)
+def sequence_layer(block: nn.Module, c, mask, deterministic: bool, *, dtype=jnp.float32,
+                   shared_core: nn.Module | None = None, kernel_init=None, out_kernel_init=None):
+  """The one factory of an encoder block's sequence sub-layer, called inside ``block``'s compact method:
+  ``(layer, gated)`` where ``layer(y, residual) -> [B, T, E]`` maps the normalised block input ``y [B, T, E]``
+  (``residual``: the block input before the normalisation) and ``gated`` says the layer gates its own
+  residual (``LayerConfig.gated_residual``: the block adds its output as it is).
+
+  The layer named ``c.attention`` is either kind of ``attention_zoo``'s one registry: an attention core
+  inside :class:`MultiHeadAttention` (the harness owns Q/K/V/out; auto-named ``MultiHeadAttention_0`` as
+  always), or a sequence mixer (it owns its projections; named ``mixer``), called with the padded positions
+  of ``y`` zeroed (the mixer contract) and ``residual=`` when gated. Either way its output is checked once:
+  ``[B, T, E]`` in ``y``'s dtype, else :class:`CoreOutputError` naming the layer and its module.
+  """
+  name = c.attention
+  kwargs = dict(c.attention_kwargs)
+  if attention_zoo.layer_kind(name) == "mixer":
+    mixer = attention_zoo.create_layer(name, **{"dropout_rate": c.dropout_rate, **kwargs})
+    mixer = mixer.clone(parent=block, name="mixer")
+    gated = bool(type(mixer.config).gated_residual)
+
+    def call(y, residual):
+      zeroed = y * mask[..., None].astype(y.dtype)  # the contract: padded inputs are zero
+      return mixer(zeroed, mask, deterministic, **({"residual": residual} if gated else {}))
+  else:
+    attention = MultiHeadAttention(c.num_heads, c.qkv_dim, name, c.attention_kwargs, c.attention_dropout_rate,
+                                   dtype, shared_core=shared_core, kernel_init=kernel_init,
+                                   out_kernel_init=out_kernel_init, use_bias=c.get("attention_bias", False))
+    gated = False
+    call = lambda y, residual: attention(y, mask, deterministic)
+
+  def layer(y, residual):
+    out = call(y, residual)
+    check_layer_output(name, out, y)
+    return out
+
+  return layer, gated
+
+
+def check_layer_output(name: str, out: Any, x: jax.Array) -> None:
+  """Raises ``CoreOutputError`` unless a sequence layer returned ``[B, L, E]`` in its input's dtype."""
+  config = attention_zoo.layer_config(name)
+  _check_output(out, x, f"{type(config).noun} {name!r} (module {attention_zoo.defining_module(name)})",
+                "a sequence layer must return [B, L, E]", "its input's dtype", name)
 
 
 class Encoder(nn.Module):
@@ -273,11 +296,11 @@ class Encoder(nn.Module):
     x = nn.Dropout(c.get("embed_dropout_rate", c.dropout_rate))(x, deterministic=deterministic)
     shared = None
     if c.get("share_attention_core", False):  # one core (its parameters, e.g. Linformer's E) for all layers
-      if attention_zoo.is_mixer(c.attention):
-        raise ValueError(f"model.share_attention_core applies to attention cores; {c.attention!r} is a "
-                         "sequence mixer")
-      shared = attention_zoo.create_attention(c.attention, dropout_rate=c.attention_dropout_rate,
-                                              **dict(c.attention_kwargs)).clone(parent=self, name="shared_core")
+      if not type(attention_zoo.layer_config(c.attention)).shareable:
+        raise ValueError(f"model.share_attention_core applies to layers one instance of which may serve every "
+                         f"block (attention cores); {c.attention!r} is not one")
+      shared = attention_zoo.create_layer(c.attention, dropout_rate=c.attention_dropout_rate,
+                                          **dict(c.attention_kwargs)).clone(parent=self, name="shared_core")
     for i in range(c.num_layers):
       x = EncoderBlock(c, self.dtype, name=f"block_{i}", shared_core=shared)(x, mask, deterministic)
     if c.get("norm_position", "pre") == "post":  # every block ended in a norm (S4's encoder has no final one)
