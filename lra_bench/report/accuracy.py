@@ -20,10 +20,10 @@ import pandas as pd
 import attention_zoo
 import tasks as tasks_lib
 from lra_bench.experiments import results
-from lra_bench.report.reference import (AVG_TASKS, FOLLOWUP_NAMES, REFERENCE_COLUMN, TASK_ORDER, TASK_TITLES,
-                                        comparable, followup_settings, number, paper_name, preset_problem,
-                                        is_own, protocol_settings_notes, published_model,
-                                        reference_accuracy, settings_text)
+from lra_bench.report.reference import (AVG_TASKS, REFERENCE_COLUMN, TASK_ORDER, TASK_TITLES, comparable,
+                                        followup_settings, number, paper_name, preset_problem, is_own,
+                                        protocol_settings_notes, published_model, reference_accuracy,
+                                        row_attention, settings_text)
 from lra_bench.report.tables import Table
 
 
@@ -447,8 +447,10 @@ def _published_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame
       continue
     pub_rows.append([model, a, *[_fmt(v) for v in values], _fmt(avg), settings_text(protocol, a),
                      ", ".join(sources)])
+  files = sorted(set(reference["file"])) if "file" in reference else ["lra_followups_accuracy.csv"]
   where = (f"the rows published under this protocol's recipe ({', '.join(sorted(set(reference['source'])))}), "
-           "from reports/reference/lra_followups_accuracy.csv, whose README names each source" if is_own(reference) else
+           f"from {', '.join('reports/reference/' + f for f in files)}, whose README names each source"
+           if is_own(reference) else
            "reports/reference/; lra_paper_table1 = Tay et al. 2021 Table 1, combiner_paper_table5 = Ren et al. "
            "2021 Table 5")
   return Table(pub_columns, pub_rows, left=2, caption=(
@@ -513,13 +515,19 @@ def followups_table(followups: pd.DataFrame) -> Table | None:
   if followups.empty:
     return None
   task_names = list(AVG_TASKS) + ["pathx"]
-  rows = [[r["model"], FOLLOWUP_NAMES.get(r["model"], "—"), r["protocol"],
-           *[r.get(REFERENCE_COLUMN.get(t, t), "") or "" for t in task_names], r.get("avg5", ""), r["source"],
-           followup_settings(r["source"], FOLLOWUP_NAMES.get(r["model"]))]
-          for _, r in followups.iterrows()]
+  rows = []
+  for _, r in followups.iterrows():
+    attention = row_attention(r)
+    rows.append([r["model"], attention or "—", r["protocol"],
+                 *[r.get(REFERENCE_COLUMN.get(t, t), "") or "" for t in task_names], r.get("avg5", ""),
+                 r["source"], followup_settings(r["source"], attention)])
   columns = ["Model", "Attention", "Protocol", *[TASK_TITLES[t] for t in task_names], "Avg (5)", "Source",
              "Our settings"]
   return Table(columns, rows, left=3, caption=(
       f"{FOLLOWUPS_TITLE}: test accuracy (%) as published, each under the protocol named in its row "
       "(model size, training budget, data handling differ from LRA's), from "
-      "reports/reference/lra_followups_accuracy.csv. For orientation only: no ranking, no deltas."))
+      "reports/reference/lra_followups_accuracy.csv and, for the modern recurrent layers (each under its "
+      "paper's own recipe), reports/reference/modern_layers_accuracy.csv, whose `note` column says how each "
+      "row was read and how its paper averages. Attention: our layer of the same name (a modern layer's by "
+      "its config's `paper_name`), — when none. Avg (5): the mean of the five tasks without Path-X, empty "
+      "when one is missing. For orientation only: no ranking, no deltas."))

@@ -32,8 +32,13 @@ PROTOCOL_ATTENTION = {"seq_icl": {"LRU": "seq_icl_lru"}}
 
 
 def published_attention(protocol: str, model: str) -> str | None:
-  """Our attention or mixer that is ``model`` of the published rows of ``protocol`` (None: not ours)."""
-  return PROTOCOL_ATTENTION.get(protocol, {}).get(model, PUBLISHED_ATTENTION.get(model))
+  """Our attention or mixer that is ``model`` of the published rows of ``protocol`` (None: not ours): the
+  tables above, else the registered layer whose config's ``paper_name`` names that model
+  (``reference.published_layer``: e.g. Kimi Linear's "GDN" is ``gated_deltanet``)."""
+  from lra_bench.report.reference import published_layer
+
+  known = PROTOCOL_ATTENTION.get(protocol, {}).get(model, PUBLISHED_ATTENTION.get(model))
+  return known if known is not None else published_layer(model)
 
 
 is_recall = tasks_lib.is_next_token

@@ -2,9 +2,11 @@
 
 ``lra_paper_accuracy.csv`` / ``lra_paper_efficiency.csv``: LRA Table 1 (accuracy) and Table 2 (speed,
 memory), plus the Combiner paper's Table 5; ``lra_followups_accuracy.csv``: rows published later
-under other protocols (never merged into the LRA ranking); ``spt_accuracy.csv``: self-pretraining (SPT)
-against training from scratch as published (``report.pretraining``). ``reports/reference/README.md``
-describes each file and its sources.
+under other protocols (never merged into the LRA ranking); ``modern_layers_accuracy.csv``: the modern
+recurrent layers' published LRA rows (xLSTM Table 6, RWKV, HGRN, HGRN2, LION), each under its paper's own
+recipe (``protocol``), read with the follow-ups; ``spt_accuracy.csv``: self-pretraining (SPT) against
+training from scratch as published (``report.pretraining``). ``reports/reference/README.md`` describes each
+file and its sources.
 """
 
 from __future__ import annotations
@@ -265,15 +267,24 @@ OWN_PUBLISHED = frozenset(FOLLOWUP_PROTOCOLS.values()) | frozenset(FOLLOWUP_MODE
 
 
 def own_reference(followups: pd.DataFrame, protocol: str) -> pd.DataFrame:
-  """The follow-up rows published under ``protocol``'s recipe (``row_protocol``), one per attention, with
-  the columns ``attention`` (ours) and ``avg`` (the paper's average over five tasks); empty when none."""
+  """The follow-up rows published under ``protocol``'s recipe (``published_row_protocol``) that are one of
+  our layers (``row_attention``), one per attention, with the columns ``attention`` (ours) and ``avg`` (the
+  average over five tasks); empty when none."""
   if followups.empty:
     return pd.DataFrame(columns=["source", "model", "attention"])
-  mine = followups[[row_protocol(r["source"], r["model"]) == protocol and r["model"] in FOLLOWUP_NAMES
-                    for _, r in followups.iterrows()]].copy()
-  mine["attention"] = [FOLLOWUP_NAMES[m] for m in mine["model"]]
+  ours = {protocol, published_protocol(protocol)}
+  attention = [row_attention(r) if published_row_protocol(r) in ours else None for _, r in followups.iterrows()]
+  mine = followups[[a is not None for a in attention]].copy()
+  mine["attention"] = [a for a in attention if a is not None]
   mine["avg"] = mine["avg5"] if "avg5" in mine else ""
   return mine.drop_duplicates("attention").reset_index(drop=True)
+
+
+def own_published(followups: pd.DataFrame, protocol: str) -> bool:
+  """Whether ``protocol`` runs the recipe of published rows of ours: ``OWN_PUBLISHED`` (the follow-ups'
+  protocols), or a modern layer's row whose ``protocol`` is ``protocol``'s own or its ``PUBLISHED_PROTOCOL``
+  (none today: their recipes are not protocols of ours)."""
+  return protocol in OWN_PUBLISHED or not own_reference(followups, protocol).empty
 
 
 def is_own(reference: pd.DataFrame) -> bool:
@@ -297,7 +308,10 @@ def published_model(reference: pd.DataFrame, attention: str) -> str | None:
 
 def followup_settings(source: str, attention: str | None) -> str:
   """The follow-up table's "Our settings" cell: whether our protocol for that source runs the row's
-  per-model settings ("same (`xiong`)"), what differs, or "—" (no protocol of ours reproduces it)."""
+  per-model settings ("same (`xiong`)"), what differs, or "—" (no protocol of ours reproduces it; so
+  every modern layer's row, whose recipe is its paper's own)."""
+  if source in MODERN_SOURCES:
+    return "—"
   protocol = FOLLOWUP_PROTOCOLS.get(source) or FOLLOWUP_MODEL_PROTOCOLS.get(attention or "")
   if protocol is None or attention is None:
     return "—"
@@ -306,11 +320,103 @@ def followup_settings(source: str, attention: str | None) -> str:
 
 
 def load_followups(reference_dir: str | None = None) -> pd.DataFrame:
-  """The rows of ``lra_followups_accuracy.csv`` (columns source, protocol, model, the tasks, avg5)."""
+  """The rows of ``lra_followups_accuracy.csv`` (columns source, protocol, model, the tasks, avg5), then
+  those of ``modern_layers_accuracy.csv`` (``load_modern``; they add ``avg_paper`` and ``note``, empty in
+  the others' rows). Column ``file`` names the file of each row."""
   path = os.path.join(reference_dir or DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE)
+  frames = [pd.read_csv(path, dtype=str, keep_default_na=False).assign(file=FOLLOWUPS_FILE)
+            if os.path.exists(path) else pd.DataFrame(columns=["source", "protocol", "model", "file"])]
+  modern = load_modern(reference_dir)
+  if not modern.empty:
+    frames.append(modern.assign(file=MODERN_FILE))
+  return pd.concat(frames, ignore_index=True).fillna("")
+
+
+# The modern recurrent layers' published LRA rows: each paper under its own recipe, named in the row's
+# ``protocol`` (``xlstm_table6``, ``rwkv``, ``hgrn``, ``hgrn2``, ``lion``). A row sits beside our runs only
+# under the same protocol (``published_row_protocol``): none of these recipes is a protocol of ours, so today
+# they are listed with the follow-ups as published under other protocols, never ranked with ours.
+MODERN_FILE = "modern_layers_accuracy.csv"
+MODERN_COLUMNS = ["source", "protocol", "model", *[REFERENCE_COLUMN.get(t, t) for t in TASK_ORDER], "avg5",
+                  "avg_paper", "note"]
+MODERN_SOURCES = frozenset({"xlstm_2024_table6", "rwkv_2023_table4", "hgrn_2023", "hgrn2_2024_lra",
+                            "lion_2025_table7", "lion_2025_table5"})
+
+# A published model name -> the ``paper_name`` values a config of the same layer may declare (by default the
+# published name itself). ``published_layer`` maps a row to the registered layer that declares one of them.
+SAME_LAYER = {
+    "Mamba2": ("Mamba-2",),
+    "GDN": ("Gated DeltaNet",),
+    # mLSTM blocks only: the layer of ``mlstm`` (whose config may name the xLSTM row it is part of)
+    "xLSTM[1:0]": ("mLSTM", "xLSTM[1:0]", "xLSTM"),
+    "Hawk": ("Hawk", "RG-LRU"),
+}
+# Published models that are none of our layers, whatever a config declares: context rows only.
+NOT_OUR_LAYER = {
+    "RWKV": "the RWKV paper's model is RWKV-4 (vector decay with a bonus, no matrix state); ours are RWKV-6/7",
+    "RWKV-4": "RWKV-4 (vector decay with a bonus, no matrix state); ours are RWKV-6/7",
+    "xLSTM": "the best of xLSTM[1:0] (mLSTM) and xLSTM[0:1] (sLSTM) per task: two layers",
+    "xLSTM[0:1]": "sLSTM blocks only (scalar memory with memory mixing); ours is the mLSTM layer",
+    "Griffin": "RG-LRU blocks interleaved with local attention (a hybrid); ``rg_lru`` is the recurrent block",
+    "HGRN": "HGRN1's elementwise complex recurrence; ours is HGRN2's state-expanded (GLA-form) layer",
+    "Llama": "a Llama-style Transformer (rotary, SwiGLU, RMSNorm), not our encoder's attention block",
+    "LSTM": "an LSTM layer: none here",
+    "LSTM (Block)": "an LSTM in a post up-projection block: none here",
+    "LION-S": "LION's bidirectional linear attention with selective decay: not one of our layers",
+    "LION-D": "LION's bidirectional linear attention with a fixed decay (RetNet's): not our retnet layer",
+    "LION-LIT": "LION's bidirectional linear attention without decay: not one of our layers",
+    "LION-S (w/o HiPPO)": "LION-S with random decay init: not one of our layers",
+    "LION-D (w/o HiPPO)": "LION-D with random decay init: not one of our layers",
+}
+
+
+def load_modern(reference_dir: str | None = None) -> pd.DataFrame:
+  """The rows of ``modern_layers_accuracy.csv`` (columns ``MODERN_COLUMNS``; text, empty where the paper has
+  no number); an empty frame if the file is missing."""
+  path = os.path.join(reference_dir or DEFAULT_REFERENCE_DIR, MODERN_FILE)
   if not os.path.exists(path):
-    return pd.DataFrame(columns=["source", "protocol", "model"])
+    return pd.DataFrame(columns=MODERN_COLUMNS)
   return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def published_layer(model: str) -> str | None:
+  """The registered layer that is the published ``model``'s layer: the one whose config declares a
+  ``paper_name`` in ``SAME_LAYER[model]`` (by default ``model`` itself); None for a model that is none of
+  ours (``NOT_OUR_LAYER``) or whose layer is not registered here."""
+  if model in NOT_OUR_LAYER:
+    return None
+  names = SAME_LAYER.get(model, (model,))
+  for name in attention_zoo.list_layers():
+    try:
+      declared = attention_zoo.layer_config(name).paper_name
+    except (ValueError, TypeError):  # a layer whose config cannot be built with its defaults
+      continue
+    if declared in names:
+      return name
+  return None
+
+
+def _is_modern(row: Any) -> bool:
+  return row.get("file", "") == MODERN_FILE or row.get("source", "") in MODERN_SOURCES
+
+
+def row_attention(row: Any) -> str | None:
+  """Our layer of a follow-up row (a mapping with ``source``, ``model``): ``FOLLOWUP_NAMES`` for the
+  follow-ups, ``published_layer`` (the configs' ``paper_name``) for a modern layer's row; None: not ours."""
+  return published_layer(row["model"]) if _is_modern(row) else FOLLOWUP_NAMES.get(row["model"])
+
+
+def published_protocol(protocol: str) -> str:
+  """The protocol whose published rows sit beside ``protocol``'s runs: its module's ``PUBLISHED_PROTOCOL``
+  (e.g. ``recall_cpu`` -> ``zoology``), else itself."""
+  module = protocol_module(protocol)
+  return getattr(module, "PUBLISHED_PROTOCOL", protocol) if module is not None else protocol
+
+
+def published_row_protocol(row: Any) -> str | None:
+  """The protocol whose recipe made a follow-up row: ``row_protocol`` for the follow-ups (a protocol of
+  ours), the row's own ``protocol`` (its paper's recipe) for a modern layer's row."""
+  return row["protocol"] if _is_modern(row) else row_protocol(row["source"], row["model"])
 
 
 # Self-pretraining (Amos, Berant & Gupta, ICLR 2024): the paper's Transformer from scratch and after SPT.
