@@ -94,5 +94,9 @@ def encoder_settings(config: ml_collections.ConfigDict) -> dict:
 
   if config.model.pooling != "CLS":
     return {}
-  fields = {f.name for f in dataclasses.fields(attention_zoo.layer_config(config.model.attention))}
+  try:
+    layer = attention_zoo.layer_config(config.model.attention)
+  except ValueError:  # an unknown name: validation reports it, with the known ones
+    return {}
+  fields = {f.name for f in dataclasses.fields(layer)}
   return {"model.attention_kwargs.bidirectional": True} if "bidirectional" in fields else {}

@@ -122,7 +122,11 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
   attention core gets the MHA's biases; the other mixers take the protocol's model as it is."""
   import attention_zoo
 
-  if "value" in attention_zoo.layer_config(config.model.attention).probe_inputs:  # a core inside the MHA
+  try:
+    probe = type(attention_zoo.layer_config(config.model.attention)).probe_inputs
+  except ValueError:  # an unknown name: validation reports it, with the known ones
+    return {}
+  if "value" in probe:  # a core inside the harness's multi-head block
     return {"model.attention_bias": True}   # simple_lm.py MHA: nn.Linear(..., bias=True), zeroed
   return dict(LAYER_SETTINGS.get(config.model.attention, {}))
 
