@@ -1,0 +1,503 @@
+"""The linear-recurrence engine of the linear-recurrent mixers (GLA, RetNet, HGRN2, Mamba-2, DeltaNet, Gated
+DeltaNet, KDA, RWKV-6, RWKV-7, mLSTM): one function, :func:`linear_recurrence`, with a token-by-token
+reference (``mode="recurrent"``) and a chunked-parallel form (``mode="chunk"``) that give the same outputs and
+gradients (float64: <= 1e-9 relative, tests/test_linear_recurrence.py). A private helper: it registers nothing.
+
+Axis legend: ``B`` batch, ``L`` length, ``H`` heads, ``K`` key dim, ``V`` value dim, ``N`` chunks, ``C`` chunk
+size, ``c`` sub-chunk size. Inputs are [B, L, H, ...]; the state S is [K, V] per head (fla's convention),
+o_t = S^T q_t. The scale of q (e.g. K^-1/2) is the layer's job.
+
+Recurrences (per batch row and head; D_t = diag(exp(g_t)), g_t = ``log_decay`` at t broadcast over K, <= 0;
+g = 0 when ``log_decay`` is None; [H] is one g per head at every position):
+
+- additive (GLA, RetNet, HGRN2, Mamba-2, RWKV-6):   S_t = D_t S_{t-1} + k_t v_t^T
+- delta rule, ``beta`` (DeltaNet, Gated DeltaNet, KDA):
+      S_t = (I - beta_t k_t k_t^T) D_t S_{t-1} + beta_t k_t v_t^T            (decay first, then the delta write)
+- DPLR, ``a``, ``b`` (RWKV-7):
+      S_t = (D_t + a_t b_t^T) S_{t-1} + k_t v_t^T = D_t S_{t-1} + a_t (S_{t-1}^T b_t)^T + k_t v_t^T
+  ``b`` reads the previous (undecayed) state, ``a`` is the direction written. fla names them the other way
+  round: fla's dplr ``dplr_recurrence(q, k, v, alpha, beta, gk)`` (fla/ops/generalized_delta_rule/dplr/naive.py)
+  is this recurrence with a = fla's beta, b = fla's alpha; and fla's rwkv7 ``a``/``b`` (fla/ops/rwkv7,
+  recurrent_naive.py, state [V, K] there: S_t = S_{t-1} (diag(w_t) + a b^T) + v k^T) are here b/a: RWKV-7's
+  a_fla = -kk, b_fla = kk * a_gate becomes ``a = kk * a_gate, b = -kk``.
+- mLSTM, ``log_input_gate`` i~_t (xLSTM; scalar decay only, log f_t = ``log_decay`` [B, L, H] or [H]):
+      m_t = max(log f_t + m_{t-1}, i~_t),  m_0 = 0, C_0 = 0, n_0 = 0
+      C_t = exp(log f_t + m_{t-1} - m_t) C_{t-1} + exp(i~_t - m_t) k_t v_t^T
+      n_t = exp(log f_t + m_{t-1} - m_t) n_{t-1} + exp(i~_t - m_t) k_t
+      o_t = C_t^T q_t / (max(|n_t^T q_t|, exp(-m_t)) + ``normalizer_eps``)
+  xLSTM's recurrent_step_stabilized_simple (xlstm/blocks/mlstm/backends.py), with its eps an argument (xLSTM:
+  1e-6; default 0). In unstabilised units o_t = C^T q / (max(|n^T q|, 1) + eps exp(m_t)): the stabiliser
+  cancels exactly except in the eps term, so both modes carry the same m_t (m_0 = 0 as xLSTM's step).
+
+``read``: "after" o_t = S_t^T q_t; "before" o_t = S_{t-1}^T q_t (before the decay and the write at t; RWKV-6 adds
+its bonus u itself). For mLSTM "before" reads (C_{t-1}, n_{t-1}, m_{t-1}).
+
+Masking (``mask`` bool [B, L], False = padding), in both directions and anywhere in a row: a masked position
+is an identity step: g = 0, no write (k = 0, beta = 0, a = 0; for mLSTM no write and m unchanged), and its
+output is 0. Real outputs therefore equal those of the row with the padded positions removed.
+
+Bidirectional (``causal=False``): o_t = forward_t + backward_t. The forward pass is the recurrence above read
+with ``read``. The backward pass runs the same recurrence from the last position to the first; the real token
+at t carries the decay of the next real token t' (g_{t'}; 0 for the last real token) and it reads after that
+decay, before its own write: o^b_t = (D_{t'} S^b_{t'})^T q_t, then S^b_t = write_t(D_{t'} S^b_{t'}) (delta:
+(I - beta_t k_t k_t^T) D_{t'} S^b_{t'} + beta_t k_t v_t^T; DPLR: D_{t'} S^b_{t'} + a_t (S^b_{t'}^T b_t)^T + k_t v_t^T).
+So token t is counted once (by the forward pass; not at all with read="before"), and for the additive family
+the weight of token j in o_i is the product of the decays strictly after min(i, j) up to and including
+max(i, j) in both directions: o = (M ⊙ (Q K^T)) V with M_ij = prod_{s=min+1}^{max} exp(g_s), M_ii = 1, LION's
+symmetric selective mask M^F + M^B - I (Afzal et al. 2025). mLSTM: both directions' stabilised numerators and
+q.n are brought to the common stabiliser m = max(m^f_t, m^b_t) and summed before the division:
+o_t = (e^{m^f-m} num^f + e^{m^b-m} num^b) / (max(|e^{m^f-m} den^f + e^{m^b-m} den^b|, e^{-m}) + eps), i.e.
+(C^f + C^b)^T q / max(|(n^f + n^b)^T q|, 1) in unstabilised units (the backward state starts at m = 0 too).
+
+``mode="recurrent"``: ``jax.lax.scan`` over L with the state [B, H, K, V] (mLSTM: C, n, m), the literal
+recurrence; the reference.
+
+``mode="chunk"`` (training default): L is padded with masked positions to N chunks of C = ``chunk_size``
+(shorter rows: one chunk, rounded up to the sub-chunk). Within a chunk, with G_t = g_0 + .. + g_t (chunk-local),
+everything is matmuls; across chunks a ``lax.scan`` carries the chunk-start state through the affine chunk map
+S_next = M S_0 + N_S (M diagonal for the additive family, [K, K] for the delta rule and DPLR), and the outputs
+are o = O_1 + P S_0 with O_1, P computed for all chunks in parallel. Per update:
+
+- additive (fla/ops/gla/naive.py, fla/ops/simple_gla): O_1 = A V with A_tj = sum_k q_tk k_jk e^{G_tk - G_jk}
+  (j <= t), P = Q ⊙ e^G, M = e^{G_{C-1}}, N_S = (K ⊙ e^{G_{C-1} - G})^T V.
+- delta rule, WY/UT form (fla/ops/delta_rule/wy_fast.py + naive.py, fla/ops/gated_delta_rule, fla/ops/kda):
+  the write is S_t = D_t S_{t-1} + k_t u_t^T with u_t = beta_t (v_t - (D_t S_{t-1})^T k_t); within a chunk
+  (I + tril(diag(beta) Gram(K, K), -1)) U = diag(beta) (V - (K ⊙ e^G) S_0), solved once per chunk with
+  ``jax.scipy.linalg.solve_triangular`` for [beta V | beta K ⊙ e^G], so U = W_1 - W_2 S_0; then the additive
+  form with U for V.
+- DPLR (fla/ops/generalized_delta_rule/dplr/naive.py ``dplr_chunkwise``, fla/ops/rwkv7): fully chunked. With
+  w_t = S_{t-1}^T b_t the write is additive with two keys (a_t w_t^T + k_t v_t^T), and within a chunk
+  (I - tril(Gram_excl(B, A), -1)) W = (B ⊙ e^{G_{t-1}}) S_0 + tril(Gram_excl(B, K), -1) V, one triangular solve.
+- mLSTM (xLSTM's parallel_stabilized_simple within a chunk): log weights D_tj = (G_t - G_j) + i~_j (j <= t),
+  m_t = max(G_t + m_in, max_j D_tj) with the chunk's incoming stabiliser m_in; the scan carries (C~, n~, m)
+  with the chunk's own end-state stabiliser (max_j (G_{C-1} - G_j + i~_j)); every exponent formed is <= 0.
+
+Gram(X, Y)_tj = sum_k x_tk y_jk exp(G_tk - G_jk); Gram_excl uses G_{t-1} for the row. "before" reads use
+G_{t-1} and j < t; the backward pass's read is j < t with G_t (q_t ⊙ e^{g_t}).
+
+Numerics. Every exponential the chunk form evaluates has a non-positive argument, so float32 cannot overflow
+at any decay strength (log decays of -55 per step and mLSTM input gates of +-60 are exercised; underflow to 0
+only drops weights < 1e-38). Differences of decays between two positions are segment sums of the g_s
+themselves (``_segsum``, after mamba_ssm/modules/ssd_minimal.py), not differences of two long cumulative sums.
+Per-key decays: the chunk is split into sub-chunks of c = ``sub_chunk_size`` (16) as in fla's chunk_gla:
+between sub-chunks I > J the Gram block is (x_t e^{Gx_t - R_I}) . (y_j e^{R_I - G_j}) with R_I the cumulative
+decay just before sub-chunk I (both exponents <= 0, one matmul), inside a sub-chunk a [c, c, K] weight tensor:
+memory C c K per chunk per head (not C^2 K). The delta-rule/DPLR triangular solves are as well conditioned as
+the recurrence itself (beta in [0, 1] with unit-norm keys, RWKV-7's bounded a). Defaults C = 64, c = 16; in
+float32 the chunk form agrees with the recurrent one to ~1e-5 relative. Computation is float32 (float64 for
+float64 inputs); the output has q's dtype.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+READS = ("after", "before")
+MODES = ("chunk", "recurrent")
+
+
+def _compute_dtype(dtype) -> jnp.dtype:
+  return jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
+
+
+def _prepare(q, k, v, log_decay, beta, a, b, log_input_gate, mask):
+  """Head-major float arrays ([B, H, L, ...]) with the masking rule applied; see the module docstring."""
+  dt = _compute_dtype(q.dtype)
+  bsz, length, heads, _ = q.shape
+  hm = lambda x: jnp.swapaxes(jnp.asarray(x, dt), 1, 2)                # [B, L, H, ...] -> [B, H, L, ...]
+  q, k, v = hm(q), hm(k), hm(v)
+  if mask is None:
+    m = jnp.ones((bsz, 1, length), bool)
+  else:
+    m = jnp.asarray(mask, bool)[:, None, :]                             # [B, 1, L]
+  mf = m.astype(dt)
+  if log_decay is None:
+    g, vector = jnp.zeros((bsz, heads, length), dt), False
+  else:
+    log_decay = jnp.asarray(log_decay, dt)
+    if log_decay.ndim == 1:                                             # [H]
+      g, vector = jnp.broadcast_to(log_decay[None, :, None], (bsz, heads, length)), False
+    elif log_decay.ndim == 3:                                           # [B, L, H]
+      g, vector = hm(log_decay), False
+    elif log_decay.ndim == 4:                                           # [B, L, H, K]
+      g, vector = hm(log_decay), True
+    else:
+      raise ValueError(f"log_decay must be [H], [B, L, H] or [B, L, H, K]; got shape {log_decay.shape}")
+  g = g * (mf[..., None] if vector else mf)
+  out = {"q": q * mf[..., None], "k": k * mf[..., None], "v": v, "g": g, "vector": vector, "mask": m}
+  if beta is not None:
+    out["beta"] = hm(beta) * mf
+  if a is not None:
+    out["a"] = hm(a) * mf[..., None]
+    out["b"] = hm(b)
+  if log_input_gate is not None:
+    out["ig"] = hm(log_input_gate)
+  return out
+
+
+def _decay_state(g, s, vector):
+  """diag(exp(g)) S for S [B, H, K, V] and g [B, H] (scalar) or [B, H, K] (vector)."""
+  return jnp.exp(g)[..., :, None] * s if vector else jnp.exp(g)[..., None, None] * s
+
+
+def _recurrent(x, read):
+  """Token-by-token ``lax.scan`` over L (axis 2 of the head-major arrays). ``read`` is "after" (S_t), "before"
+  (S_{t-1}) or "mid" (D_t S_{t-1}: after the decay, before the write; the backward pass of ``causal=False``).
+  Returns o [B, H, L, V], or for mLSTM the stabilised (numerator [B, H, L, V], q.n [B, H, L], m [B, H, L])."""
+  q, k, v, g, vector = x["q"], x["k"], x["v"], x["g"], x["vector"]
+  bsz, heads, _, dk = q.shape
+  dv = v.shape[-1]
+  dt = q.dtype
+  t_first = lambda y: jnp.moveaxis(y, 2, 0)
+  xs = {"q": t_first(q), "k": t_first(k), "v": t_first(v), "g": t_first(g)}
+  for name in ("beta", "a", "b", "ig"):
+    if name in x:
+      xs[name] = t_first(x[name])
+  s0 = jnp.zeros((bsz, heads, dk, dv), dt)
+
+  if "ig" in x:
+    xs["mask"] = t_first(jnp.broadcast_to(x["mask"], (bsz, heads, q.shape[2])))
+
+    def step(carry, inp):
+      c, n, m = carry
+      qt = inp["q"]
+      read_state = None
+      if read == "before":
+        read_state = (c, n, m)
+      m_dec = m + inp["g"]
+      if read == "mid":
+        read_state = (c, n, m_dec)
+      m_new = jnp.where(inp["mask"], jnp.maximum(m_dec, inp["ig"]), m)
+      f_act = jnp.exp(m_dec - m_new)
+      i_act = jnp.where(inp["mask"], jnp.exp(jnp.minimum(inp["ig"] - m_new, 0.0)), 0.0)
+      c_new = f_act[..., None, None] * c + i_act[..., None, None] * jnp.einsum("bhk,bhv->bhkv", inp["k"], inp["v"])
+      n_new = f_act[..., None] * n + i_act[..., None] * inp["k"]
+      if read == "after":
+        read_state = (c_new, n_new, m_new)
+      rc, rn, rm = read_state
+      return (c_new, n_new, m_new), (jnp.einsum("bhkv,bhk->bhv", rc, qt), jnp.einsum("bhk,bhk->bh", rn, qt), rm)
+
+    init = (s0, jnp.zeros((bsz, heads, dk), dt), jnp.zeros((bsz, heads), dt))
+    _, (num, den, mm) = jax.lax.scan(step, init, xs)
+    return jnp.moveaxis(num, 0, 2), jnp.moveaxis(den, 0, 2), jnp.moveaxis(mm, 0, 2)
+
+  def step(s, inp):
+    qt, kt, vt = inp["q"], inp["k"], inp["v"]
+    o = None
+    if read == "before":
+      o = jnp.einsum("bhkv,bhk->bhv", s, qt)
+    s_dec = _decay_state(inp["g"], s, vector)
+    if read == "mid":
+      o = jnp.einsum("bhkv,bhk->bhv", s_dec, qt)
+    if "beta" in inp:                                                   # delta rule: erase along k, then write
+      err = vt - jnp.einsum("bhkv,bhk->bhv", s_dec, kt)
+      s_new = s_dec + inp["beta"][..., None, None] * jnp.einsum("bhk,bhv->bhkv", kt, err)
+    elif "a" in inp:                                                    # DPLR: + a (b^T S_{t-1}) + k v^T
+      sb = jnp.einsum("bhkv,bhk->bhv", s, inp["b"])
+      s_new = s_dec + jnp.einsum("bhk,bhv->bhkv", inp["a"], sb) + jnp.einsum("bhk,bhv->bhkv", kt, vt)
+    else:
+      s_new = s_dec + jnp.einsum("bhk,bhv->bhkv", kt, vt)
+    if read == "after":
+      o = jnp.einsum("bhkv,bhk->bhv", s_new, qt)
+    return s_new, o
+
+  _, o = jax.lax.scan(step, s0, xs)
+  return jnp.moveaxis(o, 0, 2)
+
+
+_NEG = -1e30  # a finite "minus infinity" for the log-space maxima (exp of it minus anything finite is 0)
+
+
+def _segsum(g: jax.Array, axis: int) -> jax.Array:
+  """Segment sums along ``axis`` (the within-chunk position, size C): out[..., t, j, ...] = sum_{s=j+1}^{t} g_s
+  for j <= t (0 on and above the diagonal's right), formed as a cumulative sum of the g_s themselves (not as a
+  difference of two cumulative sums), so a long strongly-decayed chunk does not cost precision
+  (mamba_ssm/modules/ssd_minimal.py ``segsum``). The new j axis is inserted right after ``axis``."""
+  size = g.shape[axis]
+  x = jnp.expand_dims(g, axis + 1)                                      # [.., C(t), 1, ..]
+  shape = list(x.shape)
+  shape[axis + 1] = size
+  x = jnp.broadcast_to(x, shape)                                        # [.., C(t), C(j), ..]
+  tri = jnp.arange(size)[:, None] > jnp.arange(size)[None, :]           # t > j
+  tri = tri.reshape(tri.shape + (1,) * (x.ndim - axis - 2))
+  return jnp.cumsum(jnp.where(tri, x, 0.0), axis=axis)
+
+
+def _tri(size: int, strict: bool) -> jax.Array:
+  return jnp.tril(jnp.ones((size, size), bool), -1 if strict else 0)
+
+
+def _gram(x, y, g, gi, excl, strict, sub):
+  """The decayed Gram matrix of one chunk, [.., C, C]: A[t, j] = sum_k x_tk y_jk exp(Gx_tk - G_jk) on the lower
+  triangle (j < t when ``strict``, else j <= t), 0 above; G_t = g_0 + .. + g_t (the chunk-local inclusive
+  cumulative log decay ``gi``) and Gx_t = G_t, or G_{t-1} when ``excl`` (then ``strict`` must hold).
+
+  Every exponent that is formed is <= 0. Scalar decay (g [.., C]): one [C, C] weight matrix exp(segsum).
+  Per-key decay (g [.., C, K]): secondary chunks of ``sub`` positions (fla's chunk_gla sub-chunking): a block
+  of rows I against columns of an earlier sub-chunk J < I goes through the reference point R_I = G at the last
+  position before I, x_t exp(Gx_t - R_I) . y_j exp(R_I - G_j), two exponents <= 0 and one matmul; the diagonal
+  blocks use the [c, c, K] segment sums (memory C * c * K per chunk)."""
+  if excl:
+    assert strict
+  size = x.shape[-2]
+  tri = _tri(size, strict)
+  if g.ndim == x.ndim - 1:                                              # scalar decay per position
+    seg = _segsum(g, g.ndim - 1)                                        # [.., C, C]
+    if excl:
+      seg = seg - g[..., :, None]
+    w = jnp.where(tri, jnp.exp(jnp.where(tri, seg, 0.0)), 0.0)
+    return jnp.einsum("...tk,...jk->...tj", x, y) * w
+  n, c = size // sub, sub
+  blk = lambda z: z.reshape(z.shape[:-2] + (n, c) + z.shape[-1:])       # [.., C, K] -> [.., n, c, K]
+  xb, yb, gb = blk(x), blk(y), blk(g)
+  seg = _segsum(gb, gb.ndim - 2)                                        # [.., n, c(t), c(j), K]
+  if excl:
+    seg = seg - gb[..., :, None, :]
+  dtri = _tri(c, strict)[..., None]
+  w = jnp.where(dtri, jnp.exp(jnp.where(dtri, seg, 0.0)), 0.0)
+  diag = jnp.einsum("...nik,...njk,...nijk->...nij", xb, yb, w)         # [.., n, c, c]
+  out = jnp.zeros(diag.shape[:-3] + (n, c, n, c), diag.dtype)
+  out = out + diag[..., :, :, None, :] * jnp.eye(n, dtype=diag.dtype)[:, None, :, None]
+  if n > 1:
+    ref = jnp.concatenate([jnp.zeros_like(gi[..., :1, :]), gi[..., c - 1 : -1 : c, :]], axis=-2)  # [.., n, K]
+    gx = blk(gi - g if excl else gi)
+    xt = xb * jnp.exp(gx - ref[..., :, None, :])                        # [.., n, c, K]
+    earlier = (jnp.arange(size)[None, :] // c) < jnp.arange(n)[:, None]  # [n(I), C(j)]: j before sub-chunk I
+    e = ref[..., :, None, :] - gi[..., None, :, :]                      # [.., n, C, K]
+    yt = jnp.where(earlier[..., None], jnp.exp(jnp.where(earlier[..., None], e, 0.0)), 0.0) * y[..., None, :, :]
+    out = out + jnp.einsum("...nik,...njk->...nij", xt, yt).reshape(out.shape)
+  return out.reshape(out.shape[:-4] + (size, size))
+
+
+def _chunk_layout(x, chunk_size, sub_chunk_size):
+  """Pads L to a multiple of the chunk C with masked positions and reshapes every array to [B, H, N, C, ...]."""
+  length = x["q"].shape[2]
+  sub = max(1, min(sub_chunk_size, chunk_size))
+  if chunk_size % sub:
+    sub = chunk_size
+  size = chunk_size if length >= chunk_size else -(-length // sub) * sub
+  sub = min(sub, size)
+  n = -(-length // size)
+  pad = n * size - length
+  y = dict(x)
+  for name in ("q", "k", "v", "g", "beta", "a", "b", "ig", "mask"):
+    if name in y:
+      z = y[name]
+      widths = [(0, 0)] * z.ndim
+      widths[2] = (0, pad)
+      z = jnp.pad(z, widths)
+      y[name] = z.reshape(z.shape[:2] + (n, size) + z.shape[3:])
+  return y, size, sub, length
+
+
+def _unchunk(z, length):
+  z = z.reshape(z.shape[:2] + (-1,) + z.shape[4:])
+  return z[:, :, :length]
+
+
+def _chunk(x, read, chunk_size, sub_chunk_size):
+  """The chunked-parallel form of ``_recurrent`` (same arguments and results); module docstring, "chunk"."""
+  y, size, sub, length = _chunk_layout(x, chunk_size, sub_chunk_size)
+  if "ig" in y:
+    return tuple(_unchunk(z, length) for z in _chunk_mlstm(y, read))
+  q, k, v, g = y["q"], y["k"], y["v"], y["g"]
+  vector = y["vector"]
+  excl, strict = read == "before", read != "after"
+  ax = 3                                                                # the within-chunk position axis
+  gi = jnp.cumsum(g, axis=ax)                                           # G_t
+  tail = jnp.flip(jnp.cumsum(jnp.flip(g, ax), axis=ax), ax) - g         # G_{C-1} - G_t = sum_{s>t} g_s
+  e_end = jnp.exp(jnp.sum(g, axis=ax))                                  # [B, H, N(, K)]
+  dec = lambda z, gg: z * jnp.exp(gg if vector else gg[..., None])
+  gram = lambda xx, yy, ex, st: _gram(xx, yy, g, gi if vector else None, ex, st, sub)
+  p = dec(q, gi - g if excl else gi)                                    # q_t exp(Gx_t)   [B, H, N, C, K]
+  k_hat = dec(k, tail)                                                  # k_j exp(G_{C-1} - G_j)
+  dk = q.shape[-1]
+  eye_c = jnp.eye(size, dtype=q.dtype)
+  diag_m = lambda: (e_end[..., :, None] if vector else e_end[..., None, None]) * jnp.eye(dk, dtype=q.dtype)
+  if "beta" in y:                                                       # delta rule, WY/UT form
+    beta = y["beta"]
+    lkk = beta[..., :, None] * gram(k, k, False, True)
+    rhs = jnp.concatenate([beta[..., None] * v, beta[..., None] * dec(k, gi)], axis=-1)
+    w = jax.scipy.linalg.solve_triangular(eye_c + lkk, rhs, lower=True, unit_diagonal=True)
+    w1, w2 = w[..., : v.shape[-1]], w[..., v.shape[-1] :]               # U = W1 - W2 S_0
+    att = gram(q, k, excl, strict)
+    o1 = att @ w1
+    p = p - att @ w2
+    m_state = diag_m() - jnp.einsum("...jk,...jl->...kl", k_hat, w2)
+    n_state = jnp.einsum("...jk,...jv->...kv", k_hat, w1)
+  elif "a" in y:                                                        # DPLR
+    a, b = y["a"], y["b"]
+    lba = gram(b, a, True, True)
+    lbk = gram(b, k, True, True)
+    rhs = jnp.concatenate([lbk @ v, dec(b, gi - g)], axis=-1)
+    w = jax.scipy.linalg.solve_triangular(eye_c - lba, rhs, lower=True, unit_diagonal=True)
+    wb, wa = w[..., : v.shape[-1]], w[..., v.shape[-1] :]               # b_t^T S_{t-1} = Wb + Wa S_0
+    aqa = gram(q, a, excl, strict)
+    o1 = aqa @ wb + gram(q, k, excl, strict) @ v
+    p = p + aqa @ wa
+    a_hat = dec(a, tail)
+    m_state = diag_m() + jnp.einsum("...jk,...jl->...kl", a_hat, wa)
+    n_state = jnp.einsum("...jk,...jv->...kv", a_hat, wb) + jnp.einsum("...jk,...jv->...kv", k_hat, v)
+  else:                                                                 # additive
+    o1 = gram(q, k, excl, strict) @ v
+    m_state = e_end if vector else e_end[..., None]                     # diagonal transition [B, H, N, K|1]
+    n_state = jnp.einsum("...jk,...jv->...kv", k_hat, v)
+  full = m_state.ndim == n_state.ndim
+
+  def step(s, inp):
+    mm, nn = inp
+    s_new = (mm @ s if full else mm[..., None] * s) + nn
+    return s_new, s
+
+  s0 = jnp.zeros(n_state.shape[:2] + n_state.shape[3:], q.dtype)
+  _, s_in = jax.lax.scan(step, s0, (jnp.moveaxis(m_state, 2, 0), jnp.moveaxis(n_state, 2, 0)))
+  o = o1 + p @ jnp.moveaxis(s_in, 0, 2)
+  return _unchunk(o, length)
+
+
+def _chunk_mlstm(y, read):
+  """Chunked stabilised mLSTM (xLSTM's parallel_stabilized_simple within a chunk, a scan over chunk states
+  (C~, n~, m) across chunks); returns the stabilised (numerator, q.n, m) per position as ``_recurrent``."""
+  q, k, v, g, ig = y["q"], y["k"], y["v"], y["g"], y["ig"]
+  valid = jnp.broadcast_to(y["mask"], ig.shape)                          # [B, H, N, C]
+  size = q.shape[3]
+  excl, strict = read == "before", read != "after"
+  ax = 3
+  gi = jnp.cumsum(g, axis=ax)
+  gx = gi - g if excl else gi
+  tail = jnp.flip(jnp.cumsum(jnp.flip(g, ax), axis=ax), ax) - g
+  seg = _segsum(g, ax)                                                  # [B, H, N, C, C]
+  if excl:
+    seg = seg - g[..., :, None]
+  dmask = _tri(size, strict) & valid[..., None, :]
+  dlog = jnp.where(dmask, seg + ig[..., None, :], _NEG)                 # log weight of token j in the read at t
+  mu = jnp.max(dlog, axis=-1)                                           # [B, H, N, C]
+  elog = jnp.where(valid, tail + ig, _NEG)                              # log weight of token j in the chunk's end state
+  mu_e = jnp.max(elog, axis=-1)                                         # [B, H, N]
+  has = jnp.any(valid, axis=-1)
+  mu_e = jnp.where(has, mu_e, 0.0)
+  we = jnp.where(valid, jnp.exp(jnp.where(valid, elog - mu_e[..., None], 0.0)), 0.0)
+  c_hat = jnp.einsum("...j,...jk,...jv->...kv", we, k, v)
+  n_hat = jnp.einsum("...j,...jk->...k", we, k)
+  g_end = gi[..., -1]
+
+  def step(carry, inp):
+    c, n, m = carry
+    ch, nh, me, ge, hs = inp
+    m_dec = m + ge
+    m_new = jnp.where(hs, jnp.maximum(m_dec, me), m_dec)
+    f = jnp.exp(m_dec - m_new)
+    i = jnp.where(hs, jnp.exp(jnp.minimum(me - m_new, 0.0)), 0.0)
+    return (f[..., None, None] * c + i[..., None, None] * ch, f[..., None] * n + i[..., None] * nh, m_new), carry
+
+  bsz, heads, _, _, dk = q.shape
+  init = (jnp.zeros((bsz, heads, dk, v.shape[-1]), q.dtype), jnp.zeros((bsz, heads, dk), q.dtype),
+          jnp.zeros((bsz, heads), q.dtype))
+  mv = lambda z: jnp.moveaxis(z, 2, 0)
+  _, (c_in, n_in, m_in) = jax.lax.scan(step, init, (mv(c_hat), mv(n_hat), mv(mu_e), mv(g_end), mv(has)))
+  c_in, n_in, m_in = (jnp.moveaxis(z, 0, 2) for z in (c_in, n_in, m_in))
+  m_t = jnp.maximum(gx + m_in[..., None], mu)                           # [B, H, N, C]
+  w_inter = jnp.exp(gx + m_in[..., None] - m_t)
+  w_intra = jnp.where(dmask, jnp.exp(jnp.where(dmask, dlog - m_t[..., None], 0.0)), 0.0)
+  att = jnp.einsum("...tk,...jk->...tj", q, k) * w_intra
+  num = w_inter[..., None] * jnp.einsum("...tk,...kv->...tv", q, c_in) + att @ v
+  den = w_inter * jnp.einsum("...tk,...k->...t", q, n_in) + jnp.sum(att, axis=-1)
+  return num, den, m_t
+
+
+def _reverse_for_backward(x):
+  """The backward pass's inputs: every array reversed along L, the decay shifted first so that the real token
+  at t carries the decay of the next real token (0 for the last one, and at masked positions): the decay between
+  two real tokens is then the same both ways, and masked positions stay identity steps."""
+  y = dict(x)
+  g, m = x["g"], x["mask"]                                              # [B, H, L(, K)], [B, 1, L]
+  length = g.shape[2]
+  pos = jnp.where(m, jnp.arange(length), length)                        # [B, 1, L]
+  after = jnp.concatenate([pos[..., 1:], jnp.full_like(pos[..., :1], length)], axis=-1)
+  nxt = jax.lax.cummin(after, axis=2, reverse=True)                     # first real position > t (L: none)
+  ok = m & (nxt < length)
+  idx = jnp.broadcast_to(jnp.minimum(nxt, length - 1), g.shape[:3])
+  if g.ndim == 4:
+    shifted = jnp.take_along_axis(g, idx[..., None], axis=2)
+    y["g"] = jnp.where(ok[..., None], shifted, 0.0)
+  else:
+    y["g"] = jnp.where(ok, jnp.take_along_axis(g, idx, axis=2), 0.0)
+  for name in ("q", "k", "v", "g", "beta", "a", "b", "ig", "mask"):
+    if name in y:
+      y[name] = jnp.flip(y[name], axis=2)
+  return y
+
+
+def _mlstm_output(num, den, m, eps):
+  return num / (jnp.maximum(jnp.abs(den), jnp.exp(-m)) + eps)[..., None]
+
+
+def linear_recurrence(
+  q: jax.Array,
+  k: jax.Array,
+  v: jax.Array,
+  *,
+  log_decay: jax.Array | None = None,
+  beta: jax.Array | None = None,
+  a: jax.Array | None = None,
+  b: jax.Array | None = None,
+  log_input_gate: jax.Array | None = None,
+  read: str = "after",
+  mask: jax.Array | None = None,
+  causal: bool = True,
+  mode: str = "chunk",
+  chunk_size: int = 64,
+  normalizer_eps: float = 0.0,
+  sub_chunk_size: int = 16,
+) -> jax.Array:
+  """o [B, L, H, V] (q's dtype) of the linear recurrence selected by the optional arguments (module docstring).
+
+  Args:
+    q, k: [B, L, H, K]; v: [B, L, H, V] (q already scaled by the layer).
+    log_decay: None | [H] | [B, L, H] | [B, L, H, K], log of the decay (<= 0).
+    beta: None | [B, L, H]: the delta rule.
+    a, b: None | [B, L, H, K] each: the DPLR transition D_t + a_t b_t^T (b reads the state; fla's names swapped).
+    log_input_gate: None | [B, L, H]: mLSTM's input-gate pre-activation (stabilised exponential gating).
+    read: "after" (S_t) or "before" (S_{t-1}).
+    mask: None | bool [B, L]; False positions are identity steps with output 0.
+    causal: False adds the backward pass (module docstring, "Bidirectional").
+    mode: "chunk" (chunked-parallel) or "recurrent" (lax.scan reference).
+    chunk_size: C of the chunk form.
+    normalizer_eps: mLSTM only: added to the denominator max(|n^T q|, exp(-m)) (xLSTM uses 1e-6).
+    sub_chunk_size: c, the secondary chunk of the per-key-decay Gram matrices (chunk form).
+  """
+  if read not in READS:
+    raise ValueError(f"read must be one of {READS}; got {read!r}")
+  if mode not in MODES:
+    raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+  if (a is None) != (b is None):
+    raise ValueError("a and b come together (the DPLR transition D + a b^T)")
+  if beta is not None and a is not None:
+    raise ValueError("beta (delta rule) and a, b (DPLR) are exclusive")
+  if log_input_gate is not None:
+    if beta is not None or a is not None:
+      raise ValueError("log_input_gate (mLSTM) goes with the additive update only")
+    if log_decay is not None and jnp.ndim(log_decay) == 4:
+      raise ValueError("log_input_gate (mLSTM) needs a scalar decay per head: log_decay [H] or [B, L, H]")
+  x = _prepare(q, k, v, log_decay, beta, a, b, log_input_gate, mask)
+  if mode == "recurrent":
+    kernel = _recurrent
+  else:
+    kernel = lambda xx, rd: _chunk(xx, rd, chunk_size, sub_chunk_size)
+  fwd = kernel(x, read)
+  mlstm = log_input_gate is not None
+  if causal:
+    o = _mlstm_output(*fwd, normalizer_eps) if mlstm else fwd
+  else:
+    bwd = kernel(_reverse_for_backward(x), "mid")
+    if mlstm:
+      num_b, den_b, m_b = (jnp.flip(t, axis=2) for t in bwd)
+      num_f, den_f, m_f = fwd
+      mx = jnp.maximum(m_f, m_b)
+      wf, wb = jnp.exp(m_f - mx), jnp.exp(m_b - mx)
+      o = _mlstm_output(wf[..., None] * num_f + wb[..., None] * num_b, wf * den_f + wb * den_b, mx, normalizer_eps)
+    else:
+      o = fwd + jnp.flip(bwd, axis=2)
+  o = jnp.where(x["mask"][..., None], o, 0.0)
+  return jnp.swapaxes(o, 1, 2).astype(q.dtype)

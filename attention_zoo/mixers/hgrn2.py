@@ -1,0 +1,158 @@
+"""HGRN2 (Qin, Yang, Sun, Shen, Li, Sun, Zhong, "HGRN2: Gated Linear RNNs with State Expansion", COLM 2024): a
+gated linear RNN whose forget gate f_t (bounded below) decays an outer-product state, with input key 1 − f_t
+(the "state expansion" of HGRN's h_t = f_t ⊙ h_{t-1} + (1 − f_t) ⊙ i_t), run on GLA's kernel.
+
+Axis legend: ``B`` batch, ``L`` length, ``D`` d_model, ``H`` heads, ``K`` forget/query dim per head (the
+expand ratio E), ``V`` input (value) dim per head (D/H).
+
+Equations (one layer, input ``x [B, L, D]``; per head the state ``S_t [K, V]``; lower bound ``β`` in [0, 1))::
+
+    q_t = swish(W_q x_t)·K^(-1/2)                           [B, L, H, K]   (the output gate of the original)
+    f_t = β + (1 − β)·σ(W_f x_t)                             [B, L, H, K]   (forget gate, log f_t is the decay)
+    k_t = 1 − f_t = (1 − β)·σ(−W_f x_t)                      [B, L, H, K]
+    v_t = W_i x_t                                            [B, L, H, V]
+    S_t = Diag(f_t) S_{t-1} + k_t v_t^T                      (fla's [K, V] state)
+    o_t = S_t^T q_t                                          [B, L, H, V]
+    y_t = W_o RMSNorm_D(concat_h o_t) ⊙ w_norm               [B, L, D]
+
+The recurrence is the shared engine's (``attention_zoo.mixers._linear_recurrence.linear_recurrence``, decay kind
+"per-key vector", log f_t = logaddexp(log β, log(1 − β) + logsigmoid(W_f x_t))): ``mode="chunk"`` its
+chunked-parallel form, ``mode="recurrent"`` its token-by-token scan. Computed in float32 (float64 for float64
+inputs); the output is cast back to the input's dtype.
+
+Defaults and initialisation, from fla-org/flash-linear-attention (read at bc3b101):
+
+- ``fla/layers/hgrn2.py`` ``HGRN2Attention``: expand_ratio 128 (num_heads = D / expand_ratio), use_short_conv
+  False, q = swish(q_proj x), g = logsigmoid(f_proj x), k = 1 − exp(g), projections without bias, the output
+  ``rms_norm_linear(o, g_norm.weight, …, o_proj.weight, …)``: an RMSNorm over all of D (weight [D], eps 1e-5, the
+  fused function's default) then o_proj; ``chunk_gla`` / ``fused_recurrent_gla`` called without a scale, so
+  K^(-1/2) (``fla/ops/gla/chunk.py``).
+- The lower bound: fla applies ``g = logaddexp(log β, log1p(−β) + g)`` only when the model passes a bound and
+  ``layer_idx > 0`` ("the lower bound for the first layer is zero"); ``HGRN2Model`` builds the bounds as a
+  learned cumulative softmax over layers, ``(softmax(lower_bounds, 0).cumsum(0) − softmax[0])[layer_idx]``
+  (``fla/models/hgrn2/modeling_hgrn2.py``), so a single layer, or a layer whose index is None, has β = 0. This
+  mixer knows no layer index: ``lower_bound`` is a constant β (default 0, the first layer's / a lone layer's
+  value).
+- ``fla/ops/gla/naive.py`` ``naive_recurrent_gla``: the token-by-token reference the tests transcribe (HGRN2 runs
+  on GLA's kernels).
+- ``fla/models/hgrn2/modeling_hgrn2.py`` ``_init_weights``: every Linear weight ~ N(0, 0.02²); the norm's
+  weight 1.
+
+Head count: fla sets H = D // expand_ratio, which is 0 below D = 128. Here E = the largest divisor of D that is
+<= expand_ratio and H = D / E: one head with E = D up to D = 128 (16 -> E 16, 64 -> E 64, 128 -> E 128), then
+D/128 heads of 128 (256 -> 2, 512 -> 4), fla's own count wherever fla's is defined and divides.
+
+Bidirectional (``causal=False``, the LRA default): the engine's two passes over the same q, k, v, f: a forward
+pass reading S_t and a backward pass over the reversed sequence reading before its write, so token t is counted
+once (LION's "forward + backward − diagonal", Afzal et al. 2025).
+
+Differences from the original:
+
+- The bidirectional form (above) is not in fla or the paper; ``causal=True`` is fla's layer.
+- Padding: a padded position (mask False) neither decays nor writes the state in either direction and its output
+  is 0, so real outputs do not depend on the number, place (padding inside a row included) or content of padded
+  positions; fla unpads through ``cu_seqlens`` (same outputs at real positions).
+- Head count derived for small widths (above).
+- The lower bound is a constant config value, not the model's learned per-layer bound (above).
+- fla's layer is followed here, not the paper's first code (OpenNLPLab/HGRN2's ``Hgru2_1d``: silu on the input,
+  sigmoid on the output gate, a LayerNorm, biased projections, no K^(-1/2) scale).
+- Dropout: fla's layer has none; ``config.dropout_rate`` is applied to the layer's output only.
+- Left out: fla's ``use_short_conv`` option (off by default) and the model-level ``prenorm_residual_strategy``
+  rescaling of ``o_proj``.
+- Parameters are created in the compute dtype (float32; float64 for float64 inputs). Initialisation uses fla's
+  model-level ``_init_weights`` (N(0, 0.02²)); a bare fla layer would keep PyTorch's default Linear init.
+
+State for causal generation (``state_size``): H·K·V = D·E floats per example and layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attention_zoo.mixers._linear_recurrence import linear_recurrence
+from attention_zoo.mixers.gla import MODES, compute_dtype, dense, rms_norm
+from attention_zoo.registry import MixerConfig, register_mixer
+
+
+@dataclasses.dataclass(frozen=True)
+class HGRN2Config(MixerConfig):
+  """HGRN2 options (defaults: fla ``fla/layers/hgrn2.py`` ``HGRN2Attention``).
+
+  Attributes:
+    expand_ratio: E, the most forget/query channels per head; the layer uses the largest divisor of d_model
+      that is ≤ this, and H = d_model / E heads.
+    lower_bound: β, the forget gate's constant lower bound in [0, 1) (0: fla's first / lone layer).
+    norm_eps: the output RMSNorm's epsilon.
+    mode: "chunk" (chunked-parallel, training default) or "recurrent" (token-by-token scan, the reference).
+    chunk_size: the chunk length of mode "chunk".
+  """
+
+  expand_ratio: int = 128
+  lower_bound: float = 0.0
+  norm_eps: float = 1e-5
+  mode: str = "chunk"
+  chunk_size: int = 64
+
+  paper_name: ClassVar[str | None] = "HGRN2"
+  family: ClassVar[str] = "linear-recurrent"
+
+  def __post_init__(self):
+    if self.mode not in MODES:
+      raise ValueError(f"HGRN2: mode must be one of {MODES}, got {self.mode!r}")
+    if self.expand_ratio < 1 or self.chunk_size < 1:
+      raise ValueError("HGRN2: expand_ratio and chunk_size must be positive")
+    if not 0.0 <= self.lower_bound < 1.0:
+      raise ValueError(f"HGRN2: lower_bound must lie in [0, 1), got {self.lower_bound}")
+
+  def dims(self, d_model: int) -> tuple[int, int, int]:
+    """(H, K, V): heads, forget dim and input dim per head at width ``d_model`` (K = V = E)."""
+    expand = max(e for e in range(1, min(self.expand_ratio, d_model) + 1) if d_model % e == 0)
+    heads = d_model // expand
+    return heads, expand, d_model // heads
+
+  def state_size(self, length: int, d_model: int) -> int:
+    """H·K·V = D·E: one [E, E] matrix state per head (independent of the length)."""
+    del length
+    heads, k, v = self.dims(d_model)
+    return heads * k * v
+
+
+@register_mixer("hgrn2", HGRN2Config)
+class HGRN2(nn.Module):
+  """HGRN2 (module docstring): x [B, L, D], mask [B, L] -> [B, L, D] in x's dtype."""
+
+  config: HGRN2Config
+
+  @nn.compact
+  def __call__(self, x, mask=None, deterministic=True):
+    cfg = self.config
+    batch, length, d_model = x.shape
+    dtype = compute_dtype(x)
+    heads, k_dim, v_dim = cfg.dims(d_model)
+    if mask is None:
+      mask = jnp.ones((batch, length), bool)
+    u = jnp.where(mask[..., None], x, 0).astype(dtype)
+
+    q = jax.nn.silu(dense(heads * k_dim, "q_proj", dtype)(u)).reshape(batch, length, heads, k_dim)
+    f = dense(heads * k_dim, "f_proj", dtype)(u).reshape(batch, length, heads, k_dim)
+    v = dense(heads * v_dim, "i_proj", dtype)(u).reshape(batch, length, heads, v_dim)
+    beta = cfg.lower_bound
+    log_decay = jax.nn.log_sigmoid(f)
+    k = jax.nn.sigmoid(-f)                                                              # 1 − σ(f)
+    if beta > 0:
+      log_decay = jnp.logaddexp(np.log(beta), np.log1p(-beta) + log_decay)
+      k = (1.0 - beta) * k
+
+    o = linear_recurrence(q * k_dim ** -0.5, k, v, log_decay=log_decay, mask=mask, causal=cfg.causal,
+                          mode=cfg.mode, chunk_size=cfg.chunk_size)                      # [B, L, H, V]
+    norm_weight = self.param("g_norm_weight", nn.initializers.ones, (d_model,), dtype)
+    o = rms_norm(o.astype(dtype).reshape(batch, length, heads * v_dim), norm_weight, cfg.norm_eps)
+    y = dense(d_model, "o_proj", dtype)(o)
+    y = nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
+    return jnp.where(mask[..., None], y, 0).astype(x.dtype)

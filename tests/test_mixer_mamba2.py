@@ -1,0 +1,296 @@
+"""Mamba-2 mixer (attention_zoo/mixers/mamba2.py), float64 and tiny: the whole layer against numpy transcriptions of
+mamba_ssm's token-by-token ``Mamba2.step`` (mamba_ssm/modules/mamba2.py: the rolled conv state, the discretised
+SSM update, D skip, gated RMSNorm) and of ``ssd_minimal_discrete`` (mamba_ssm/modules/ssd_minimal.py, the chunked SSD
+form) built from the module's own parameters (causal), and against the full-matrix bidirectional form; mode "chunk"
+against mode "recurrent" (outputs and gradients, both directions); padding at the end and inside a row (the short
+convolution included); causality; ``state_size``; the initialisation; the conformance kit."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention_zoo
+from attention_zoo.mixers.mamba2 import Mamba2Config
+
+NAME = "mamba2"
+D = 16
+REL = 1e-9
+
+
+def _np(tree):
+  return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), tree)
+
+
+def _inputs(seed, batch, length, d=D):
+  return np.random.default_rng(seed).normal(size=(batch, length, d))
+
+
+def _close(got, want, rel=REL):
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  np.testing.assert_allclose(got, want, rtol=rel, atol=rel * max(1.0, float(np.abs(want).max())))
+
+
+def _silu(z):
+  return z / (1 + np.exp(-z))
+
+
+def _softplus(z):
+  return np.logaddexp(0.0, z)
+
+
+def conv_and_split(p, x, cfg: Mamba2Config):
+  """in_proj, then ``Mamba2.step``'s convolution token by token (conv_state [B, C, W] rolled left, the newest input
+  in the last column, xBC = silu(Σ_w conv_state ⊙ weight + bias)), split into z, x, B, C, Δ (float64 numpy)."""
+  batch, length, d = x.shape
+  d_inner, heads, headdim = cfg.dims(d)
+  n, g, width = cfg.d_state, cfg.ngroups, cfg.d_conv
+  zxbcdt = x @ p["in_proj"]["kernel"]
+  z, xbc, dt = np.split(zxbcdt, [d_inner, 2 * d_inner + 2 * g * n], axis=-1)
+  weight = p["conv1d_kernel"].T                                                  # torch layout [C, W]
+  conv_state = np.zeros((batch, xbc.shape[-1], width))
+  conv_out = np.zeros_like(xbc)
+  for t in range(length):
+    conv_state = np.roll(conv_state, -1, axis=-1)
+    conv_state[:, :, -1] = xbc[:, t]
+    conv_out[:, t] = _silu(np.sum(conv_state * weight, axis=-1) + p["conv1d_bias"])
+  xs, b_in, c_in = np.split(conv_out, [d_inner, d_inner + g * n], axis=-1)
+  per_group = heads // g
+  b_in = np.repeat(b_in.reshape(batch, length, g, n), per_group, axis=2)
+  c_in = np.repeat(c_in.reshape(batch, length, g, n), per_group, axis=2)
+  delta = _softplus(dt + p["ssm_dt_bias"])
+  return z, xs.reshape(batch, length, heads, headdim), b_in, c_in, delta
+
+
+def ssm_step(xs, a, b_in, c_in, delta, d_skip):
+  """``Mamba2.step``'s SSM update per token (ngroups expanded to heads): dA = exp(Δ·A), state = state·dA +
+  einsum(Δ, B, x), y = state·C + D·x. state [B, H, P, N]."""
+  batch, length, heads, headdim = xs.shape
+  state = np.zeros((batch, heads, headdim, b_in.shape[-1]))
+  y = np.zeros_like(xs)
+  for t in range(length):
+    d_a = np.exp(delta[:, t] * a)
+    d_bx = np.einsum("bh,bhn,bhp->bhpn", delta[:, t], b_in[:, t], xs[:, t])
+    state = state * d_a[..., None, None] + d_bx
+    y[:, t] = np.einsum("bhpn,bhn->bhp", state, c_in[:, t]) + d_skip[:, None] * xs[:, t]
+  return y
+
+
+def segsum(z):
+  """ssd_minimal's stable segment sum: out[..., i, j] = Σ_{j<m≤i} z_m for j ≤ i, −inf above the diagonal."""
+  length = z.shape[-1]
+  rep = np.repeat(z[..., None], length, axis=-1)                                 # [..., m, j] = z_m
+  rep = np.where(np.tril(np.ones((length, length), bool), -1), rep, 0.0)
+  out = np.cumsum(rep, axis=-2)
+  return np.where(np.tril(np.ones((length, length), bool), 0), out, -np.inf)
+
+
+def ssd_minimal_discrete(big_x, big_a, big_b, big_c, block_len):
+  """mamba_ssm ``ssd_minimal_discrete`` in numpy: X [b, l, h, p], A [b, l, h], B, C [b, l, h, n] -> Y."""
+  batch, length = big_x.shape[:2]
+  chunks = length // block_len
+  rs = lambda t: t.reshape(batch, chunks, block_len, *t.shape[2:])
+  big_x, big_a, big_b, big_c = rs(big_x), rs(big_a), rs(big_b), rs(big_c)
+  big_a = np.transpose(big_a, (0, 3, 1, 2))                                      # b h c l
+  a_cumsum = np.cumsum(big_a, axis=-1)
+  decay = np.exp(segsum(big_a))
+  y_diag = np.einsum("bclhn,bcshn,bhcls,bcshp->bclhp", big_c, big_b, decay, big_x)
+  decay_states = np.exp(a_cumsum[..., -1:] - a_cumsum)
+  states = np.einsum("bclhn,bhcl,bclhp->bchpn", big_b, decay_states, big_x)
+  states = np.concatenate([np.zeros_like(states[:, :1]), states], axis=1)
+  decay_chunk = np.exp(segsum(np.pad(a_cumsum[..., -1], ((0, 0), (0, 0), (1, 0)))))
+  new_states = np.einsum("bhzc,bchpn->bzhpn", decay_chunk, states)[:, :-1]
+  y_off = np.einsum("bclhn,bchpn,bhcl->bclhp", big_c, new_states, np.exp(a_cumsum))
+  return (y_diag + y_off).reshape(batch, length, *y_diag.shape[3:])
+
+
+def ssm_bidirectional(xs, a, b_in, c_in, delta, d_skip):
+  """The full-matrix bidirectional form: y_i = Σ_j (C_i·B_j) Δ_j exp(−|cum_i − cum_j|) x_j + D x_i with cum_t =
+  Σ_{m≤t} Δ_m A (the decays strictly after the earlier of i, j up to the later one; each token once)."""
+  cum = np.cumsum(delta * a, axis=1)                                             # [B, L, H]
+  weight = np.exp(-np.abs(cum[:, :, None] - cum[:, None, :]))                    # [B, i, j, H]
+  scores = np.einsum("bihn,bjhn,bjh,bijh->bhij", c_in, b_in, delta, weight)
+  return np.einsum("bhij,bjhp->bihp", scores, xs) + d_skip[:, None] * xs
+
+
+def reference_layer(params, x, cfg: Mamba2Config, core="step"):
+  """The whole layer in numpy float64 from the module's parameters (no padding); ``core``: "step" (Mamba2.step),
+  "ssd" (ssd_minimal_discrete, blocks of 7, plus D·x) or "bidirectional"."""
+  p = _np(params)
+  batch, length, d = x.shape
+  d_inner, _, _ = cfg.dims(d)
+  z, xs, b_in, c_in, delta = conv_and_split(p, x, cfg)
+  a = -np.exp(p["ssm_A_log"])
+  if core == "step":
+    y = ssm_step(xs, a, b_in, c_in, delta, p["D"])
+  elif core == "ssd":
+    y = ssd_minimal_discrete(xs * delta[..., None], a * delta, b_in, c_in, 7) + p["D"][:, None] * xs
+  else:
+    y = ssm_bidirectional(xs, a, b_in, c_in, delta, p["D"])
+  y = y.reshape(batch, length, d_inner) * _silu(z)                              # rmsnorm(y ⊙ silu(z)) ⊙ w
+  y = y.reshape(batch, length, cfg.ngroups, d_inner // cfg.ngroups)
+  y = y / np.sqrt(np.mean(y * y, axis=-1, keepdims=True) + cfg.norm_eps)
+  y = y.reshape(batch, length, d_inner) * p["norm_weight"]
+  return y @ p["out_proj"]["kernel"]
+
+
+_JITTED = {}
+
+
+def _layer(**overrides):
+  mixer = attention_zoo.create_mixer(NAME, **overrides)
+  return mixer, mixer.config
+
+
+def _jit(mixer, method):
+  """jax.jit of mixer.apply / mixer.init, one per config (compiling once per shape is far cheaper than eager)."""
+  key = (mixer.config, method)
+  if key not in _JITTED:
+    _JITTED[key] = jax.jit(getattr(mixer, method))
+  return _JITTED[key]
+
+
+def _apply(mixer, variables, x, mask):
+  return _jit(mixer, "apply")(variables, jnp.asarray(x), jnp.asarray(mask))
+
+
+def _init(mixer, x, seed=0):
+  x = jnp.asarray(x)
+  variables = _jit(mixer, "init")(jax.random.key(seed), x, jnp.ones(x.shape[:2], bool))
+  # a D skip and a norm weight that are not 1, larger steps Δ (so that the state decays visibly over a row)
+  params = jax.tree_util.tree_map(lambda a: a, variables["params"])
+  rng = np.random.default_rng(seed + 7)
+  params["D"] = jnp.asarray(rng.normal(size=params["D"].shape), x.dtype)
+  params["norm_weight"] = params["norm_weight"] + jnp.asarray(rng.uniform(0, 1, params["norm_weight"].shape), x.dtype)
+  params["ssm_dt_bias"] = params["ssm_dt_bias"] + 2.0
+  return {**variables, "params": params}
+
+
+# The configs and shapes the tests share (one compilation each): the chunked form with chunks shorter than the rows.
+CAUSAL = dict(causal=True, mode="chunk", chunk_size=4)
+BIDIR = dict(causal=False, mode="chunk", chunk_size=4)
+GROUPS = dict(causal=True, mode="chunk", chunk_size=4, headdim=8, ngroups=2, d_state=6)    # 4 heads, 2 groups
+LENGTH = 14
+
+
+@pytest.mark.parametrize("overrides", [CAUSAL, GROUPS], ids=["default", "groups"])
+def test_layer_matches_mamba2_step_and_ssd_minimal(x64, overrides):
+  mixer, cfg = _layer(**overrides)
+  x = _inputs(0, 2, LENGTH) * 3.0
+  variables = _init(mixer, x)
+  out = _apply(mixer, variables, x, np.ones((2, LENGTH), bool))
+  assert out.dtype == jnp.float64 and out.shape == x.shape
+  _close(out, reference_layer(variables["params"], x, cfg, core="step"))
+  _close(out, reference_layer(variables["params"], x, cfg, core="ssd"))
+
+
+def test_bidirectional_matches_full_matrix_form(x64):
+  mixer, cfg = _layer(**BIDIR)
+  x = _inputs(1, 2, LENGTH) * 3.0
+  variables = _init(mixer, x)
+  out = _apply(mixer, variables, x, np.ones((2, LENGTH), bool))
+  _close(out, reference_layer(variables["params"], x, cfg, core="bidirectional"))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_chunk_equals_recurrent_outputs_and_gradients(x64, causal):
+  length = 21
+  x = _inputs(2, 2, length)
+  mask = np.ones((2, length), bool)
+  mask[0, 5:8] = False
+  mask[0, 17:] = False
+  chunk, _ = _layer(causal=causal, mode="chunk", chunk_size=8)
+  recurrent, _ = _layer(causal=causal, mode="recurrent")
+  variables = _init(chunk, x)
+  weights = jnp.asarray(np.random.default_rng(3).normal(size=x.shape))
+
+  def value_and_grad(mixer):
+    loss = lambda params, x: jnp.sum(mixer.apply({**variables, "params": params}, x, jnp.asarray(mask)) * weights)
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(variables["params"], jnp.asarray(x))
+
+  (out_c, g_c), (out_r, g_r) = value_and_grad(chunk), value_and_grad(recurrent)
+  _close(out_c, out_r)
+  for a, b in zip(jax.tree_util.tree_leaves(g_c), jax.tree_util.tree_leaves(g_r)):
+    _close(a, b)
+
+
+@pytest.mark.parametrize("overrides", [CAUSAL, BIDIR], ids=["causal", "bidirectional"])
+def test_padding_end_and_middle_equals_row_without_padding(x64, overrides):
+  mixer, _ = _layer(**overrides)
+  x = _inputs(4, 2, LENGTH)
+  variables = _init(mixer, x)
+  for padded in ([10, 11, 12, 13], [3, 4, 9, 13], [0, 1, 6, 12]):              # end, middle, start + middle
+    mask = np.ones((2, LENGTH), bool)
+    mask[0, padded] = False
+    noisy = x.copy()
+    noisy[0, padded] = 50.0 * _inputs(5, 1, len(padded))[0]                    # padded content must not matter
+    out = np.asarray(_apply(mixer, variables, noisy, mask))
+    cut = np.asarray(_apply(mixer, variables, x[:1, mask[0]], np.ones((1, LENGTH - 4), bool)))
+    _close(out[0, mask[0]], cut[0])
+    assert np.all(out[0, ~mask[0]] == 0)
+    _close(out[1], np.asarray(_apply(mixer, variables, x, np.ones((2, LENGTH), bool)))[1])
+
+
+def test_causal_future_does_not_move_past(x64):
+  i = 6
+  mixer, _ = _layer(**CAUSAL)
+  x = _inputs(6, 2, LENGTH)
+  variables = _init(mixer, x)
+  other = x.copy()
+  other[:, i + 1:] += _inputs(7, 2, LENGTH - i - 1)
+  mask = np.ones((2, LENGTH), bool)
+  a, b = np.asarray(_apply(mixer, variables, x, mask)), np.asarray(_apply(mixer, variables, other, mask))
+  np.testing.assert_allclose(a[:, :i + 1], b[:, :i + 1], rtol=0, atol=1e-14)
+  assert not np.allclose(a[:, i + 1:], b[:, i + 1:])
+  # the bidirectional layer does see the future
+  bidir, _ = _layer(**BIDIR)
+  assert not np.allclose(np.asarray(_apply(bidir, variables, x, mask))[:, :i + 1],
+                         np.asarray(_apply(bidir, variables, other, mask))[:, :i + 1])
+
+
+def test_state_size_and_head_derivation():
+  cfg = attention_zoo.mixer_config(NAME)
+  # E = 2D; P = the largest divisor of E that is <= 64; H = E / P
+  assert cfg.dims(16) == (32, 1, 32) and cfg.dims(64) == (128, 2, 64) and cfg.dims(512) == (1024, 16, 64)
+  assert cfg.dims(20) == (40, 1, 40) and cfg.dims(48) == (96, 2, 48)
+  # E·N + (W − 1)·(E + 2·G·N)
+  assert cfg.state_size(1000, 16) == 32 * 64 + 3 * (32 + 2 * 64) == 2528
+  assert cfg.state_size(5, 64) == 128 * 64 + 3 * (128 + 128)
+  small = Mamba2Config(d_state=8, d_conv=2, headdim=8, ngroups=2)
+  assert small.state_size(5, 16) == 32 * 8 + 1 * (32 + 2 * 2 * 8)
+  with pytest.raises(ValueError):
+    Mamba2Config(ngroups=2).dims(16)                        # one head cannot be split into 2 groups
+
+
+def test_initialisation_follows_mamba_ssm(x64):
+  mixer, _ = _layer(**CAUSAL)
+  x = jnp.zeros((2, LENGTH, D))
+  params = _np(_jit(mixer, "init")(jax.random.key(0), x, jnp.ones((2, LENGTH), bool))["params"])
+  assert set(params) == {"in_proj", "conv1d_kernel", "conv1d_bias", "ssm_dt_bias", "ssm_A_log", "D", "norm_weight",
+                         "out_proj"}
+  w = params["in_proj"]["kernel"]                                                 # U(±1/√D), [D, 2E + 2N + H]
+  assert w.shape == (16, 2 * 32 + 2 * 64 + 1) and np.abs(w).max() <= 0.25
+  assert abs(w.std() * np.sqrt(3) / 0.25 - 1) < 0.05
+  assert np.abs(params["out_proj"]["kernel"]).max() <= 32 ** -0.5
+  assert params["conv1d_kernel"].shape == (4, 32 + 128) and np.abs(params["conv1d_kernel"]).max() <= 0.5
+  assert np.abs(params["conv1d_bias"]).max() <= 0.5 and np.all(params["D"] == 1) and np.all(params["norm_weight"] == 1)
+  a, dt = [], []
+  for seed in range(8):                                                           # 4 heads a draw: Δ0 and A ranges
+    p = _np(_jit(_layer(**GROUPS)[0], "init")(jax.random.key(seed), x, jnp.ones((2, LENGTH), bool))["params"])
+    a.append(np.exp(p["ssm_A_log"]))
+    dt.append(_softplus(p["ssm_dt_bias"]))
+  a, dt = np.concatenate(a), np.concatenate(dt)
+  assert a.shape == (32,) and np.all((a >= 1) & (a <= 16)) and a.std() > 2
+  assert np.all((dt >= 1e-3 * (1 - 1e-9)) & (dt <= 0.1 * (1 + 1e-9)))
+  assert np.log(dt).std() > 0.5                                                  # log-uniform over two decades
+  assert Mamba2Config(A_init_range=[2, 3]).A_init_range == (2.0, 3.0)
+
+
+def test_conformance_kit():
+  try:
+    from lra_bench.mixer_testing import assert_conformant
+  except ImportError:  # the kit may move to lra_bench.testing
+    from lra_bench.testing import assert_conformant
+  assert_conformant(NAME)

@@ -1,0 +1,230 @@
+"""RetNet mixer (attention_zoo/mixers/retnet.py), float64 and tiny: the whole layer against a numpy transcription of
+fla's ``naive_retention`` (fla/ops/retention/naive.py, the parallel form with the decay matrix) and of fla's RoPE
+(``rotary_embedding_ref``, rotate-half) built from the module's own parameters (causal), and against the same form
+with a symmetric decay matrix γ^|i−j| (bidirectional); mode "chunk" against mode "recurrent" (outputs and gradients,
+both directions); padding at the end and inside a row; causality; ``state_size``; the conformance kit."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention_zoo
+from attention_zoo.mixers.retnet import RetNetConfig
+
+NAME = "retnet"
+D = 16
+REL = 1e-9
+
+
+def _np(tree):
+  return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), tree)
+
+
+def _inputs(seed, batch, length, d=D):
+  return np.random.default_rng(seed).normal(size=(batch, length, d))
+
+
+def _close(got, want, rel=REL):
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  np.testing.assert_allclose(got, want, rtol=rel, atol=rel * max(1.0, float(np.abs(want).max())))
+
+
+def _rms_norm(z, w, eps):
+  return z / np.sqrt(np.mean(z * z, axis=-1, keepdims=True) + eps) * w
+
+
+def rotary_ref(z, base=10000.0):
+  """fla ``RotaryEmbedding`` + ``rotary_embedding_ref`` (not interleaved, no xPos) in numpy: z [B, L, H, K] at
+  positions 0..L−1; inv_freq = 1/base^(arange(0, K, 2)/K); [a cos − b sin, a sin + b cos] on the two halves."""
+  length, k_dim = z.shape[1], z.shape[-1]
+  inv_freq = 1.0 / base ** (np.arange(0, k_dim, 2) / k_dim)
+  freqs = np.outer(np.arange(length), inv_freq)                               # [L, K/2]
+  cos, sin = np.cos(freqs)[None, :, None], np.sin(freqs)[None, :, None]
+  a, b = z[..., :k_dim // 2], z[..., k_dim // 2:]
+  return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+
+
+def naive_retention(q, k, v, causal=True):
+  """fla ``naive_retention`` in numpy float64 (q, k [B, L, H, K], v [B, L, H, V]): s_h = log2(1 − 2^(−5−h)),
+  n_ij = 2^((i−j)·s_h) for j ≤ i (0 above the diagonal), o = ((q·K^-1/2) k^T ⊙ n) v. ``causal=False``: the
+  symmetric matrix n_ij = 2^(|i−j|·s_h) (each token once)."""
+  length, heads, k_dim = q.shape[1], q.shape[2], q.shape[-1]
+  s = np.log2(1 - 2.0 ** (-5.0 - np.arange(heads)))
+  n = np.arange(length, dtype=np.float64)
+  diff = n[:, None] - n[None, :]
+  decay = np.exp2(np.abs(diff)[None] * s[:, None, None])                      # [H, L, L]
+  if causal:
+    decay = decay * (diff >= 0)[None]
+  scores = np.einsum("bqhd,bkhd,hqk->bhqk", q * k_dim ** -0.5, k, decay)
+  return np.einsum("bhqk,bkhd->bqhd", scores, v)
+
+
+def reference_layer(params, x, cfg: RetNetConfig, causal=True):
+  """The whole layer in numpy float64 from the module's parameters (no padding)."""
+  p = _np(params)
+  batch, length, d = x.shape
+  heads, kd, vd = cfg.dims(d)
+  split = lambda z, n: z.reshape(batch, length, heads, n)
+  q = rotary_ref(split(x @ p["q_proj"]["kernel"], kd), cfg.rope_base)
+  k = rotary_ref(split(x @ p["k_proj"]["kernel"], kd), cfg.rope_base)
+  v = split(x @ p["v_proj"]["kernel"], vd)
+  o = naive_retention(q, k, v, causal)
+  g = split(x @ p["g_proj"]["kernel"], vd)
+  o = _rms_norm(o, p["g_norm_weight"], cfg.norm_eps) * g / (1 + np.exp(-g))
+  return o.reshape(batch, length, heads * vd) @ p["o_proj"]["kernel"]
+
+
+_JITTED = {}
+
+
+def _layer(**overrides):
+  mixer = attention_zoo.create_mixer(NAME, **overrides)
+  return mixer, mixer.config
+
+
+def _jit(mixer, method):
+  """jax.jit of mixer.apply / mixer.init, one per config (compiling once per shape is far cheaper than eager)."""
+  key = (mixer.config, method)
+  if key not in _JITTED:
+    _JITTED[key] = jax.jit(getattr(mixer, method))
+  return _JITTED[key]
+
+
+def _apply(mixer, variables, x, mask):
+  return _jit(mixer, "apply")(variables, jnp.asarray(x), jnp.asarray(mask))
+
+
+def _init(mixer, x, seed=0):
+  x = jnp.asarray(x)
+  variables = _jit(mixer, "init")(jax.random.key(seed), x, jnp.ones(x.shape[:2], bool))
+  params = jax.tree_util.tree_map(lambda a: a, variables["params"])
+  params["g_norm_weight"] = params["g_norm_weight"] + 0.3                       # a norm weight that is not 1
+  return {**variables, "params": params}
+
+
+# The configs and shapes the tests share (one compilation each): the chunked form with chunks shorter than the rows.
+CAUSAL = dict(causal=True, mode="chunk", chunk_size=4)
+BIDIR = dict(causal=False, mode="chunk", chunk_size=4)
+LENGTH = 14
+
+
+@pytest.mark.parametrize("overrides", [CAUSAL, {**CAUSAL, "num_heads": 2}], ids=["default", "K8"])
+def test_layer_matches_fla_naive_retention(x64, overrides):
+  mixer, cfg = _layer(**overrides)
+  x = _inputs(0, 2, LENGTH) * 3.0
+  variables = _init(mixer, x)
+  out = _apply(mixer, variables, x, np.ones((2, LENGTH), bool))
+  assert out.dtype == jnp.float64 and out.shape == x.shape
+  _close(out, reference_layer(variables["params"], x, cfg, causal=True))
+
+
+def test_bidirectional_matches_full_matrix_form(x64):
+  mixer, cfg = _layer(**BIDIR)
+  x = _inputs(1, 2, LENGTH) * 3.0
+  variables = _init(mixer, x)
+  out = _apply(mixer, variables, x, np.ones((2, LENGTH), bool))
+  _close(out, reference_layer(variables["params"], x, cfg, causal=False))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_chunk_equals_recurrent_outputs_and_gradients(x64, causal):
+  length = 21
+  x = _inputs(2, 2, length)
+  mask = np.ones((2, length), bool)
+  mask[0, 5:8] = False
+  mask[0, 17:] = False
+  chunk, _ = _layer(causal=causal, mode="chunk", chunk_size=8)
+  recurrent, _ = _layer(causal=causal, mode="recurrent")
+  variables = _init(chunk, x)
+  weights = jnp.asarray(np.random.default_rng(3).normal(size=x.shape))
+
+  def value_and_grad(mixer):
+    loss = lambda params, x: jnp.sum(mixer.apply({**variables, "params": params}, x, jnp.asarray(mask)) * weights)
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(variables["params"], jnp.asarray(x))
+
+  (out_c, g_c), (out_r, g_r) = value_and_grad(chunk), value_and_grad(recurrent)
+  _close(out_c, out_r)
+  for a, b in zip(jax.tree_util.tree_leaves(g_c), jax.tree_util.tree_leaves(g_r)):
+    _close(a, b)
+
+
+@pytest.mark.parametrize("overrides", [CAUSAL, BIDIR], ids=["causal", "bidirectional"])
+def test_padding_end_and_middle_equals_row_without_padding(x64, overrides):
+  mixer, _ = _layer(**overrides)
+  x = _inputs(4, 2, LENGTH)
+  variables = _init(mixer, x)
+  for padded in ([10, 11, 12, 13], [3, 4, 9, 13], [0, 1, 6, 12]):              # end, middle, start + middle
+    mask = np.ones((2, LENGTH), bool)
+    mask[0, padded] = False
+    noisy = x.copy()
+    noisy[0, padded] = 50.0 * _inputs(5, 1, len(padded))[0]                    # padded content must not matter
+    out = np.asarray(_apply(mixer, variables, noisy, mask))
+    cut = np.asarray(_apply(mixer, variables, x[:1, mask[0]], np.ones((1, LENGTH - 4), bool)))
+    _close(out[0, mask[0]], cut[0])
+    assert np.all(out[0, ~mask[0]] == 0)
+    _close(out[1], np.asarray(_apply(mixer, variables, x, np.ones((2, LENGTH), bool)))[1])
+
+
+def test_causal_future_does_not_move_past(x64):
+  i = 6
+  mixer, _ = _layer(**CAUSAL)
+  x = _inputs(6, 2, LENGTH)
+  variables = _init(mixer, x)
+  other = x.copy()
+  other[:, i + 1:] += _inputs(7, 2, LENGTH - i - 1)
+  mask = np.ones((2, LENGTH), bool)
+  a, b = np.asarray(_apply(mixer, variables, x, mask)), np.asarray(_apply(mixer, variables, other, mask))
+  np.testing.assert_allclose(a[:, :i + 1], b[:, :i + 1], rtol=0, atol=1e-14)
+  assert not np.allclose(a[:, i + 1:], b[:, i + 1:])
+  # the bidirectional layer does see the future
+  bidir, _ = _layer(**BIDIR)
+  assert not np.allclose(np.asarray(_apply(bidir, variables, x, mask))[:, :i + 1],
+                         np.asarray(_apply(bidir, variables, other, mask))[:, :i + 1])
+
+
+def test_state_size_and_head_derivation():
+  cfg = attention_zoo.mixer_config(NAME)
+  # d_model 64: key dim 64, value dim 128, 8 heads of K 8, V 16 -> 8·8·16 = 2·64²/8
+  assert cfg.dims(64) == (8, 8, 16)
+  assert cfg.state_size(1000, 64) == 8 * 8 * 16 == 2 * 64 * 64 // 8
+  assert cfg.state_size(10, 16) == 8 * 2 * 4
+  assert cfg.dims(24) == (6, 4, 8)                        # 8 does not divide 24; 6 does with K = 4 even
+  assert cfg.dims(12) == (6, 2, 4)
+  assert cfg.dims(10) == (5, 2, 4)
+  assert cfg.dims(9) == (3, 3, 6)                         # no count gives an even K: the largest divisor
+
+
+def test_decays_and_rotary_positions(x64):
+  from attention_zoo.mixers import retnet
+
+  np.testing.assert_allclose(np.exp(retnet.retention_log_decay(8)), 1 - 2.0 ** (-5.0 - np.arange(8)), rtol=1e-15)
+  z = jnp.asarray(_inputs(8, 1, 6, 8).reshape(1, 6, 2, 4))
+  positions = jnp.arange(6)[None]
+  _close(retnet.rotary(z, positions, 10000.0), rotary_ref(np.asarray(z)))
+  # odd K: the last channel passes through unrotated, the first 2·(K//2) rotate as K//2 pairs
+  z5 = jnp.asarray(_inputs(9, 1, 6, 5).reshape(1, 6, 1, 5))
+  got = np.asarray(retnet.rotary(z5, positions, 10000.0))
+  np.testing.assert_array_equal(got[..., 4], np.asarray(z5)[..., 4])
+  assert not np.allclose(got[:, 1:, :, :4], np.asarray(z5)[:, 1:, :, :4])
+
+
+def test_initialisation_follows_fla_models(x64):
+  mixer, _ = _layer(**CAUSAL)
+  x = jnp.zeros((2, LENGTH, D))
+  params = _np(_jit(mixer, "init")(jax.random.key(0), x, jnp.ones((2, LENGTH), bool))["params"])
+  kernels = np.concatenate([params[n]["kernel"].ravel() for n in ("q_proj", "k_proj", "v_proj", "g_proj",
+                                                                    "o_proj")])
+  assert kernels.size == 2048 and abs(kernels.std() / 0.02 - 1) < 0.1 and abs(kernels.mean()) < 2e-3
+  assert np.all(params["g_norm_weight"] == 1) and params["g_norm_weight"].shape == (4,)
+  assert set(params) == {"q_proj", "k_proj", "v_proj", "g_proj", "o_proj", "g_norm_weight"}
+
+
+def test_conformance_kit():
+  try:
+    from lra_bench.mixer_testing import assert_conformant
+  except ImportError:  # the kit may move to lra_bench.testing
+    from lra_bench.testing import assert_conformant
+  assert_conformant(NAME)

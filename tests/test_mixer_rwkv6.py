@@ -1,0 +1,208 @@
+"""RWKV-6 mixer (attention_zoo/mixers/rwkv6.py): the whole layer against a float64 numpy transcription of
+RWKV-LM's ``RWKV_Tmix_x060.forward`` around fla's ``naive_recurrent_rwkv6`` loop (causal) and Vision-RWKV-6's
+Bi-WKV loop (bidirectional), built from the layer's own parameters; chunk == recurrent (outputs and
+gradients); padding at the end and in the middle; causality; the state size; the initial values; the
+conformance kit."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention_zoo
+from attention_zoo.mixers import rwkv6
+
+TOL = 1e-9
+
+
+def rel_err(a, b):
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+_PARAMS = {}
+
+
+def make(seed=0, batch=2, length=10, d=16, **overrides):
+  """(mixer, x float64 [B, L, D], variables) with every parameter perturbed away from its init (so that the
+  zero biases, the unit norm scale and the tiny LoRA matrices all matter in the comparisons). The parameters
+  depend only on (seed, d, head_dim): made once per test session."""
+  mixer = attention_zoo.create_mixer("rwkv6", **overrides)
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.normal(size=(batch, length, d)), jnp.float64)
+  key = (seed, d, mixer.config.head_dim)
+  if key not in _PARAMS:
+    init = attention_zoo.create_mixer("rwkv6", head_dim=mixer.config.head_dim, mode="recurrent").init
+    params = jax.jit(init)(jax.random.key(seed), x[:1, :2], jnp.ones((1, 2), bool))["params"]
+    _PARAMS[key] = jax.tree.map(lambda p: p + 0.1 * jnp.asarray(rng.normal(size=p.shape), p.dtype), params)
+  return mixer, x, {"params": _PARAMS[key]}
+
+
+def np_params(variables):
+  return jax.tree.map(lambda p: np.asarray(p, np.float64), variables["params"])
+
+
+def reference(params, x, head_dim, causal=True, eps=64e-5):
+  """float64 numpy RWKV-6 time mix, no padding: RWKV-LM x060 (token shift, ddlerp, LoRAs, ln_x, gate, output)
+  with fla's naive_recurrent_rwkv6 loop (scale 1); bidirectional: Vision-RWKV-6's Bi-WKV (a backward loop
+  that reads before writing) and the one-axis q-shift (half of each head's channels from the next token)."""
+  p = params
+  x = np.asarray(x, np.float64)
+  bsz, length, d = x.shape
+  h, kd = rwkv6.heads(d, head_dim)
+  prev = np.concatenate([np.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
+  if not causal:
+    nxt = np.concatenate([x[:, 1:], np.zeros_like(x[:, :1])], axis=1)
+    prev = np.where(np.arange(d) % kd >= (kd + 1) // 2, nxt, prev)
+  xx = prev - x
+  xxx = np.tanh((x + xx * p["time_maa_x"]) @ p["time_maa_w1"]).reshape(bsz, length, 5, -1)
+  mw, mk, mv, mr, mg = (np.einsum("blr,rd->bld", xxx[:, :, i], p["time_maa_w2"][i]) for i in range(5))
+  xw = x + xx * (p["time_maa_w"] + mw)
+  xk = x + xx * (p["time_maa_k"] + mk)
+  xv = x + xx * (p["time_maa_v"] + mv)
+  xr = x + xx * (p["time_maa_r"] + mr)
+  xg = x + xx * (p["time_maa_g"] + mg)
+  r = xr @ p["receptance"]["kernel"]
+  k = xk @ p["key"]["kernel"]
+  v = xv @ p["value"]["kernel"]
+  gate = xg @ p["gate"]["kernel"]
+  g = gate / (1 + np.exp(-gate))
+  w = p["time_decay"] + np.tanh(xw @ p["time_decay_w1"]) @ p["time_decay_w2"]
+  heads_first = lambda z: z.reshape(bsz, length, h, kd).transpose(0, 2, 1, 3)  # [B, H, T, K], fla's layout
+  q_, k_, v_, w_ = heads_first(r), heads_first(k), heads_first(v), heads_first(-np.exp(w))
+  u = p["time_faaaa"]
+  # fla naive_recurrent_rwkv6: o_i = sum_k (h + u k_i v_i^T) q_i ; h = h * exp(w_i) + k_i v_i^T
+  o = np.zeros_like(v_)
+  state = np.zeros((bsz, h, kd, kd))
+  for i in range(length):
+    kv = k_[:, :, i, :, None] * v_[:, :, i, None, :]
+    o[:, :, i] = ((state + u[None, :, :, None] * kv) * q_[:, :, i, :, None]).sum(-2)
+    state = state * np.exp(w_[:, :, i])[..., None] + kv
+  if not causal:  # Vision-RWKV-6 kernel_forward's first loop: from the end, y += r . state2 before writing
+    state = np.zeros((bsz, h, kd, kd))
+    for i in range(length - 1, -1, -1):
+      o[:, :, i] += (state * q_[:, :, i, :, None]).sum(-2)
+      state = state * np.exp(w_[:, :, i])[..., None] + k_[:, :, i, :, None] * v_[:, :, i, None, :]
+  o = o.transpose(0, 2, 1, 3)  # [B, T, H, V]
+  mean = o.mean(-1, keepdims=True)
+  var = ((o - mean) ** 2).mean(-1, keepdims=True)
+  normed = ((o - mean) / np.sqrt(var + eps)).reshape(bsz, length, d) * p["ln_x_scale"] + p["ln_x_bias"]
+  return (normed * g) @ p["output"]["kernel"]
+
+
+def run(mixer, variables, x, mask=None):
+  if mask is None:
+    mask = jnp.ones(x.shape[:2], bool)
+  return np.asarray(jax.jit(mixer.apply)(variables, x, mask), np.float64)
+
+
+@pytest.mark.parametrize("mode, head_dim", [("recurrent", 64), ("chunk", 8)])  # d_model 16: 1 head of 16, 2 of 8
+def test_matches_numpy_reference_causal(x64, mode, head_dim):
+  mixer, x, variables = make(causal=True, mode=mode, head_dim=head_dim, chunk_size=4)
+  got = run(mixer, variables, x)
+  want = reference(np_params(variables), x, head_dim, causal=True)
+  assert rel_err(got, want) <= TOL
+
+
+def test_matches_numpy_reference_bidirectional(x64):
+  mixer, x, variables = make(causal=False, mode="recurrent", head_dim=8)
+  got = run(mixer, variables, x)
+  want = reference(np_params(variables), x, 8, causal=False)
+  assert rel_err(got, want) <= TOL
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_chunk_equals_recurrent(x64, causal):
+  """Outputs and gradients (all parameters and x) of mode="chunk" (chunk 32 = two of the engine's sub-chunks,
+  L = 40: a ragged last chunk) and mode="recurrent", with a padded tail and a padded middle."""
+  mixer, x, variables = make(causal=causal, mode="chunk", head_dim=8, chunk_size=32, length=40)
+  reference_mixer = attention_zoo.create_mixer("rwkv6", causal=causal, mode="recurrent", head_dim=8)
+  mask = np.ones(x.shape[:2], bool)
+  mask[0, 29:] = False
+  mask[1, 3:5] = False
+  mask[1, 30:34] = False
+
+  def outputs_and_grads(m):
+    def f(params, x):
+      out = m.apply({"params": params}, x, mask)
+      return jnp.sum(jnp.sin(out)), out
+    return jax.jit(jax.grad(f, argnums=(0, 1), has_aux=True))(variables["params"], x)
+
+  (gpa, gxa), out_a = outputs_and_grads(mixer)
+  (gpb, gxb), out_b = outputs_and_grads(reference_mixer)
+  assert rel_err(out_a, out_b) <= TOL
+  assert rel_err(gxa, gxb) <= TOL
+  for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(gpa)[0], jax.tree.leaves(gpb)):
+    assert rel_err(a, b) <= TOL, jax.tree_util.keystr(path)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_padding_end_and_middle(x64, causal):
+  """Real outputs equal those of the row with its padded positions removed (whatever the padding holds);
+  padded outputs are zero."""
+  mixer, x, variables = make(causal=causal, head_dim=8, chunk_size=4, length=12)
+  mask = np.ones(x.shape[:2], bool)
+  mask[0, [0, 4, 5, 9, 10, 11]] = False  # padding first, in the middle and at the end
+  mask[1, 6:] = False  # both rows keep 6 real tokens: the cut rows form one batch
+  garbage = np.asarray(x) + 3.0 * (~mask)[..., None]  # the padded positions hold non-zero content
+  out = run(mixer, variables, jnp.asarray(garbage), mask)
+  cut = jnp.asarray(np.asarray(x)[mask].reshape(2, 6, -1))
+  alone = run(mixer, variables, cut)
+  assert rel_err(out[mask].reshape(2, 6, -1), alone) <= TOL
+  assert np.all(out[~mask] == 0)
+
+
+def test_token_shift_skips_padding(x64):
+  x = jnp.arange(1.0, 7.0)[None, :, None] * jnp.ones((1, 1, 4))
+  mask = jnp.asarray([[False, True, False, False, True, True]])
+  prev = np.asarray(rwkv6.token_shift(x, mask, causal=True, block=4))[0, :, 0]
+  assert list(prev[[1, 4, 5]]) == [0.0, 2.0, 5.0]  # previous real tokens: none, 2, 5
+  both = np.asarray(rwkv6.token_shift(x, mask, causal=False, block=4))[0]
+  assert list(both[[1, 4, 5], 0]) == [0.0, 2.0, 5.0]  # channels 0, 1: from the previous real token
+  assert list(both[[1, 4, 5], 3]) == [5.0, 6.0, 0.0]  # channels 2, 3: from the next real token
+
+
+def test_causal_future_does_not_move_past(x64):
+  mixer, x, variables = make(causal=True, head_dim=8, chunk_size=4, length=12)
+  changed = np.asarray(x).copy()
+  changed[:, 7:] = np.random.default_rng(9).normal(size=changed[:, 7:].shape)
+  a, b = run(mixer, variables, x), run(mixer, variables, jnp.asarray(changed))
+  assert np.max(np.abs(a[:, :7] - b[:, :7])) == 0
+  assert np.max(np.abs(a[:, 7:] - b[:, 7:])) > 1e-3
+
+
+def test_state_size():
+  config = rwkv6.RWKV6Config()
+  assert config.state_size(1000, 128) == 2 * 64 * 64 + 128  # H = 2, K = V = 64, plus the shift buffer
+  assert config.state_size(10, 16) == 1 * 16 * 16 + 16  # one head of 16
+  assert config.state_size(10, 100) == 100 * 100 + 100  # 64 does not divide 100: one head of 100
+  assert rwkv6.RWKV6Config(head_dim=8).state_size(5, 64) == 8 * 8 * 8 + 64
+
+
+def test_initial_values():
+  """RWKV-LM x060's inits at layer 0 of a one-layer model (ratio_0_to_1 = 0, ratio_1_to_almost0 = 1)."""
+  mixer = attention_zoo.create_mixer("rwkv6")
+  d = 16
+  params = jax.jit(mixer.init)(jax.random.key(0), jnp.zeros((1, 3, d)), jnp.ones((1, 3), bool))["params"]
+  n = np.arange(d)
+  ddd = n / d
+  np.testing.assert_allclose(params["time_maa_x"], 1 - ddd, atol=1e-7)
+  np.testing.assert_allclose(params["time_maa_v"], 1 - ddd, atol=1e-7)
+  np.testing.assert_allclose(params["time_maa_r"], 1 - ddd**0.5, atol=1e-7)
+  np.testing.assert_allclose(params["time_decay"], -6 + 5 * (n / (d - 1)) ** 0.7, atol=1e-6)
+  np.testing.assert_allclose(params["time_faaaa"].reshape(-1), ((n + 1) % 3 - 1) * 0.1, atol=1e-7)
+  assert np.max(np.abs(params["time_maa_w2"])) <= 0.01 and np.max(np.abs(params["time_maa_w1"])) <= 1e-4
+  kernel = np.asarray(params["key"]["kernel"])
+  np.testing.assert_allclose(kernel.T @ kernel, 0.01 * np.eye(d), atol=1e-6)  # orthogonal, gain 0.1
+  assert params["time_maa_w1"].shape == (d, 5 * 32) and params["time_decay_w1"].shape == (d, 64)
+  assert rwkv6.RWKV6Config.family == "linear-recurrent" and rwkv6.RWKV6Config.paper_name == "RWKV-6"
+
+
+def test_conformance():
+  try:
+    from lra_bench.mixer_testing import assert_conformant
+  except ImportError:
+    from lra_bench.testing import assert_conformant
+  assert_conformant("rwkv6")

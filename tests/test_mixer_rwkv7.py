@@ -1,0 +1,227 @@
+"""RWKV-7 mixer (attention_zoo/mixers/rwkv7.py): the whole layer against a float64 numpy transcription of
+RWKV-LM's ``RWKV_Tmix_x070`` ("slow pytorch version" lines) around fla's ``dplr_recurrence`` loop and RWKV-LM's
+``wkv7`` kernel loop (causal; the two loops also against each other), and bidirectional (the fla loop over the
+row plus over the reversed row, minus token t's own write); chunk == recurrent (outputs and gradients);
+padding at the end and in the middle; causality; the state size; the initial values; the conformance kit."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention_zoo
+from attention_zoo.mixers import rwkv6, rwkv7
+
+TOL = 1e-9
+
+
+def rel_err(a, b):
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+_PARAMS = {}
+
+
+def make(seed=0, batch=2, length=10, d=16, **overrides):
+  """(mixer, x float64 [B, L, D], variables) with every parameter perturbed away from its init (the zero
+  biases, unit norm scale and tiny LoRA matrices all matter). Parameters depend only on (seed, d, head_dim)."""
+  mixer = attention_zoo.create_mixer("rwkv7", **overrides)
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.normal(size=(batch, length, d)), jnp.float64)
+  key = (seed, d, mixer.config.head_dim)
+  if key not in _PARAMS:
+    init = attention_zoo.create_mixer("rwkv7", head_dim=mixer.config.head_dim, mode="recurrent").init
+    params = jax.jit(init)(jax.random.key(seed), x[:1, :2], jnp.ones((1, 2), bool))["params"]
+    _PARAMS[key] = jax.tree.map(lambda p: p + 0.1 * jnp.asarray(rng.normal(size=p.shape), p.dtype), params)
+  return mixer, x, {"params": _PARAMS[key]}
+
+
+def np_params(variables):
+  return jax.tree.map(lambda p: np.asarray(p, np.float64), variables["params"])
+
+
+def sigmoid(z):
+  return 1 / (1 + np.exp(-z))
+
+
+def dplr_fla(q, k, v, alpha, beta, gk, scale=1.0):
+  """fla ``dplr_recurrence`` ([B, H, T, K] layout, state [K, V]): kv = k vᵀ + β (αᵀ S); S = S·exp(gk) + kv;
+  o = qᵀ S. fla's naive scales q by K^-1/2; RWKV7Attention calls its kernels with scale=1, as here."""
+  bsz, h, length, kd = q.shape
+  o = np.zeros_like(v)
+  state = np.zeros((bsz, h, kd, v.shape[-1]))
+  for i in range(length):
+    kv = k[:, :, i, :, None] * v[:, :, i, None, :] + (state * alpha[:, :, i, :, None]).sum(-2, keepdims=True) * \
+        beta[:, :, i, :, None]
+    state = state * np.exp(gk[:, :, i])[..., None] + kv
+    o[:, :, i] = np.einsum("bhk,bhkv->bhv", q[:, :, i] * scale, state)
+  return o
+
+
+def wkv7_rwkv_lm(r, w, k, v, a, b):
+  """RWKV-LM's ``wkv7`` CUDA forward loop (state [V, K]: row i = value channel): sa = S a; S = S ⊙ w + sa bᵀ
+  + v kᵀ; y = S r. ``w`` is the decay itself (the kernel's exp(−e^{−1/2} σ(w_raw)))."""
+  bsz, h, length, kd = r.shape
+  y = np.zeros_like(v)
+  state = np.zeros((bsz, h, v.shape[-1], kd))
+  for t in range(length):
+    sa = np.einsum("bhij,bhj->bhi", state, a[:, :, t])
+    write = v[:, :, t, :, None] * k[:, :, t, None, :]
+    state = state * w[:, :, t, None, :] + sa[..., None] * b[:, :, t, None, :] + write
+    y[:, :, t] = np.einsum("bhij,bhj->bhi", state, r[:, :, t])
+  return y
+
+
+def reference(params, x, head_dim, causal=True):
+  """float64 numpy RWKV-7 time mix, no padding (RWKV-LM x070's slow pytorch lines, layer 0: v_first = v)."""
+  p = params
+  x = np.asarray(x, np.float64)
+  bsz, length, d = x.shape
+  h, kd = rwkv6.heads(d, head_dim)
+  prev = np.concatenate([np.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
+  if not causal:
+    nxt = np.concatenate([x[:, 1:], np.zeros_like(x[:, :1])], axis=1)
+    prev = np.where(np.arange(d) % kd >= (kd + 1) // 2, nxt, prev)
+  xx = prev - x
+  xr, xw, xk, xv, xa, xg = (x + xx * p[name] for name in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g"))
+  r = xr @ p["receptance"]["kernel"]
+  w = p["w0"] + np.tanh(xw @ p["w1"]) @ p["w2"]
+  k = xk @ p["key"]["kernel"]
+  v = xv @ p["value"]["kernel"]
+  a = sigmoid(p["a0"] + (xa @ p["a1"]) @ p["a2"])
+  g = sigmoid(xg @ p["g1"]) @ p["g2"]
+  heads_first = lambda z: z.reshape(bsz, length, h, kd).transpose(0, 2, 1, 3)  # [B, H, T, K]
+  kk = heads_first(k * p["k_k"])
+  kk = kk / np.maximum(np.linalg.norm(kk, axis=-1, keepdims=True), 1e-12)
+  k = k * (1 + (a - 1) * p["k_a"])
+  r_, k_, v_, a_ = heads_first(r), heads_first(k), heads_first(v), heads_first(a)
+  log_w = -math.exp(-0.5) * sigmoid(heads_first(w))  # the clampw kernel: exp(W_SCALE / (1 + exp(-w)))
+  o = dplr_fla(r_, k_, v_, alpha=-kk, beta=kk * a_, gk=log_w)
+  if causal:
+    np.testing.assert_allclose(wkv7_rwkv_lm(r_, np.exp(log_w), k_, v_, -kk, kk * a_), o, rtol=1e-12, atol=1e-12)
+  else:  # the same loop over the reversed row; token t's own write, in both, counted once
+    flip = lambda z: z[:, :, ::-1]
+    o = o + flip(dplr_fla(flip(r_), flip(k_), flip(v_), alpha=-flip(kk), beta=flip(kk * a_), gk=flip(log_w)))
+    o = o - (r_ * k_).sum(-1, keepdims=True) * v_
+  o = o.transpose(0, 2, 1, 3)  # [B, T, H, V]
+  mean = o.mean(-1, keepdims=True)
+  var = ((o - mean) ** 2).mean(-1, keepdims=True)
+  normed = ((o - mean) / np.sqrt(var + kd * 1e-5)).reshape(bsz, length, d) * p["ln_x_scale"] + p["ln_x_bias"]
+  bonus = ((r_ * k_ * p["r_k"][None, :, None]).sum(-1, keepdims=True) * v_).transpose(0, 2, 1, 3)
+  return ((normed + bonus.reshape(bsz, length, d)) * g) @ p["output"]["kernel"]
+
+
+def run(mixer, variables, x, mask=None):
+  if mask is None:
+    mask = jnp.ones(x.shape[:2], bool)
+  return np.asarray(jax.jit(mixer.apply)(variables, x, mask), np.float64)
+
+
+@pytest.mark.parametrize("mode, head_dim", [("recurrent", 64), ("chunk", 8)])  # d_model 16: 1 head of 16, 2 of 8
+def test_matches_numpy_reference_causal(x64, mode, head_dim):
+  mixer, x, variables = make(causal=True, mode=mode, head_dim=head_dim, chunk_size=4)
+  got = run(mixer, variables, x)
+  want = reference(np_params(variables), x, head_dim, causal=True)
+  assert rel_err(got, want) <= TOL
+
+
+def test_matches_numpy_reference_bidirectional(x64):
+  mixer, x, variables = make(causal=False, mode="recurrent", head_dim=8)
+  got = run(mixer, variables, x)
+  want = reference(np_params(variables), x, 8, causal=False)
+  assert rel_err(got, want) <= TOL
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_chunk_equals_recurrent(x64, causal):
+  """Outputs and gradients (all parameters and x) of mode="chunk" (chunk 32 = two of the engine's sub-chunks,
+  L = 40: a ragged last chunk) and mode="recurrent", with a padded tail and a padded middle."""
+  mixer, x, variables = make(causal=causal, mode="chunk", head_dim=8, chunk_size=32, length=40)
+  reference_mixer = attention_zoo.create_mixer("rwkv7", causal=causal, mode="recurrent", head_dim=8)
+  mask = np.ones(x.shape[:2], bool)
+  mask[0, 29:] = False
+  mask[1, 3:5] = False
+  mask[1, 30:34] = False
+
+  def outputs_and_grads(m):
+    def f(params, x):
+      out = m.apply({"params": params}, x, mask)
+      return jnp.sum(jnp.sin(out)), out
+    return jax.jit(jax.grad(f, argnums=(0, 1), has_aux=True))(variables["params"], x)
+
+  (gpa, gxa), out_a = outputs_and_grads(mixer)
+  (gpb, gxb), out_b = outputs_and_grads(reference_mixer)
+  assert rel_err(out_a, out_b) <= TOL
+  assert rel_err(gxa, gxb) <= TOL
+  for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(gpa)[0], jax.tree.leaves(gpb)):
+    assert rel_err(a, b) <= TOL, jax.tree_util.keystr(path)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_padding_end_and_middle(x64, causal):
+  """Real outputs equal those of the row with its padded positions removed (whatever the padding holds);
+  padded outputs are zero."""
+  mixer, x, variables = make(causal=causal, head_dim=8, chunk_size=4, length=12)
+  mask = np.ones(x.shape[:2], bool)
+  mask[0, [0, 4, 5, 9, 10, 11]] = False  # padding first, in the middle and at the end
+  mask[1, 6:] = False  # both rows keep 6 real tokens: the cut rows form one batch
+  garbage = np.asarray(x) + 3.0 * (~mask)[..., None]  # the padded positions hold non-zero content
+  out = run(mixer, variables, jnp.asarray(garbage), mask)
+  cut = jnp.asarray(np.asarray(x)[mask].reshape(2, 6, -1))
+  alone = run(mixer, variables, cut)
+  assert rel_err(out[mask].reshape(2, 6, -1), alone) <= TOL
+  assert np.all(out[~mask] == 0)
+
+
+def test_causal_future_does_not_move_past(x64):
+  mixer, x, variables = make(causal=True, head_dim=8, chunk_size=4, length=12)
+  changed = np.asarray(x).copy()
+  changed[:, 7:] = np.random.default_rng(9).normal(size=changed[:, 7:].shape)
+  a, b = run(mixer, variables, x), run(mixer, variables, jnp.asarray(changed))
+  assert np.max(np.abs(a[:, :7] - b[:, :7])) == 0
+  assert np.max(np.abs(a[:, 7:] - b[:, 7:])) > 1e-3
+
+
+def test_state_size():
+  config = rwkv7.RWKV7Config()
+  assert config.state_size(1000, 128) == 2 * 64 * 64 + 128  # H = 2, K = V = 64, plus the shift buffer
+  assert config.state_size(10, 16) == 1 * 16 * 16 + 16  # one head of 16
+  assert config.state_size(10, 100) == 100 * 100 + 100  # 64 does not divide 100: one head of 100
+  assert rwkv7.RWKV7Config(head_dim=8).state_size(5, 64) == 8 * 8 * 8 + 64
+
+
+def test_initial_values():
+  """RWKV-LM x070's inits at layer 0 of a one-layer model (ratio_0_to_1 = 0, ratio_1_to_almost0 = 1)."""
+  d, kd = 16, 8
+  mixer = attention_zoo.create_mixer("rwkv7", head_dim=kd)
+  params = jax.jit(mixer.init)(jax.random.key(0), jnp.zeros((1, 3, d)), jnp.ones((1, 3), bool))["params"]
+  n = np.arange(d)
+  ddd, linear = n / d, n / (d - 1) - 0.5
+  z = ((n % kd) - (kd - 1) / 2) / ((kd - 1) / 2)
+  zigzag = z * np.abs(z)
+  np.testing.assert_allclose(params["x_r"], 1 - ddd**0.2, atol=1e-6)
+  np.testing.assert_allclose(params["x_w"], 1 - ddd**0.9, atol=1e-6)
+  np.testing.assert_allclose(params["x_k"], 1 - ddd**0.7, atol=1e-6)
+  np.testing.assert_allclose(params["w0"], -6 + 6 * n / (d - 1) + 0.5 + 2.5 * zigzag, atol=1e-6)
+  np.testing.assert_allclose(params["a0"], -0.19 + 0.3 * zigzag + 0.4 * linear, atol=1e-6)
+  np.testing.assert_allclose(params["k_k"], 0.71 - 0.1 * linear, atol=1e-6)
+  np.testing.assert_allclose(params["k_a"], 1.02, atol=1e-6)
+  np.testing.assert_allclose(params["r_k"], -0.04, atol=1e-7)
+  assert params["w1"].shape == (d, 32) and params["g1"].shape == (d, 32)  # max(32, round(c sqrt(16) / 32) 32)
+  w2 = np.asarray(params["w2"])  # [32, 16]: orthogonal columns, gain 0.1 * sqrt(32 / 16)
+  np.testing.assert_allclose(w2.T @ w2, 0.01 * 2 * np.eye(d), atol=1e-6)
+  assert rwkv7.RWKV7Config().ranks(512) == (64, 64, 128)
+  assert rwkv7.RWKV7Config.family == "linear-recurrent" and rwkv7.RWKV7Config.paper_name == "RWKV-7"
+
+
+def test_conformance():
+  try:
+    from lra_bench.mixer_testing import assert_conformant
+  except ImportError:
+    from lra_bench.testing import assert_conformant
+  assert_conformant("rwkv7")
