@@ -24,6 +24,14 @@ COMPILED_MEMORY = "XLA compiled estimate"   # compiled.memory_analysis(): the sa
 DEVICE_PEAK = "measured device peak"        # memory_stats()["peak_bytes_in_use"]: GPU/TPU only
 
 
+def point_label(record: dict) -> str:
+  """The name a benchmark point is shown under: the layer's, with ``(recurrent)`` appended when the layer ran
+  its token-by-token reference form (``model.attention_kwargs.mode = "recurrent"``), so a layer's two forms
+  are two rows of the same tables (their ratio, and each one's crossover with ``vanilla``)."""
+  kwargs = ((record.get("config") or {}).get("model") or {}).get("attention_kwargs") or {}
+  return f"{record['attention']} (recurrent)" if kwargs.get("mode") == "recurrent" else record["attention"]
+
+
 def bench_frame(records: Sequence[dict]) -> pd.DataFrame:
   """One row per benchmark point (latest record of each). ``memory_bytes`` (the plots' memory) is the XLA
   compiled estimate on every backend, so curves from a CPU and a GPU run mean the same thing."""
@@ -34,7 +42,7 @@ def bench_frame(records: Sequence[dict]) -> pd.DataFrame:
     heads, qkv_dim = model.get("num_heads"), model.get("qkv_dim")
     dropout = model.get("attention_dropout_rate")
     head_dim = qkv_dim // heads if isinstance(heads, int) and isinstance(qkv_dim, int) and heads else None
-    rows.append({"attention": r["attention"], "family": attention_family(r["attention"]), "mode": r.get("mode"),
+    rows.append({"attention": point_label(r), "family": attention_family(r["attention"]), "mode": r.get("mode"),
                  "batch_size": r.get("batch_size"), "num_heads": heads, "head_dim": head_dim,
                  "attention_dropout": float(dropout) if isinstance(dropout, (int, float)) else None,
                  "backend": r.get("backend"), "device_kind": r.get("device_kind"), "length": r["max_length"],

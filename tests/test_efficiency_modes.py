@@ -1,0 +1,21 @@
+"""A layer benchmarked in both of its forms (``mode="chunk"``, the default, and ``mode="recurrent"``) is two
+rows of the efficiency tables, in the layer's own family."""
+
+from __future__ import annotations
+
+from lra_bench.report import efficiency
+
+
+def _record(mode: str | None, seconds: float) -> dict:
+  kwargs = {} if mode is None else {"mode": mode}
+  return {"kind": "bench", "attention": "gla", "task": "text", "protocol": "bench", "seed": 0, "max_length": 1024,
+          "status": "ok", "mode": "core", "config_hash": mode or "default", "step_seconds_median": seconds,
+          "config": {"model": {"attention_kwargs": kwargs, "num_heads": 4, "qkv_dim": 256}}}
+
+
+def test_the_two_forms_of_a_layer_are_two_rows_of_its_family():
+  frame = efficiency.bench_frame([_record(None, 0.1), _record("recurrent", 0.5), _record("chunk", 0.2)])
+  assert sorted(frame["attention"]) == ["gla", "gla", "gla (recurrent)"]
+  assert set(frame["family"]) == {"linear-recurrent"}
+  recurrent = frame[frame["attention"] == "gla (recurrent)"]
+  assert recurrent["step_seconds_median"].tolist() == [0.5]
