@@ -179,9 +179,12 @@ def learnability(name: str, *, steps: int | None, data_dir: str, out: str) -> di
   """
   import tasks
   from lra_bench.experiments import cell
+  from tasks import plan
 
   configs = _smoke_configs(name, steps)
-  prepare = dict(next(iter(configs.values())).data.prepare.to_dict(), progress=False)
+  config = next(iter(configs.values()))
+  prepare = dict(plan.run_options("listops", config.data.prepare.to_dict(), config.data.options.to_dict()),
+                 progress=False)
   _progress(name, f"smoke ListOps data in {data_dir} (generated if missing)")
   try:
     tasks.get_task("listops").prepare(data_dir, **prepare)

@@ -569,9 +569,11 @@ def _list(args: argparse.Namespace) -> str:
 
 
 def _prepare(args: argparse.Namespace) -> str:
-  """``data prepare``: the protocol's ``data.prepare`` options (if one is named), updated by the flags."""
+  """``data prepare``: what ``tasks.plan.preparations`` plans from the data sections of the protocol's runs
+  (if one is named) and the flags."""
   import tasks
   from lra_bench.training import config
+  from tasks import plan
 
   task = tasks.get_task(args.task)
   given = [name for name in PREPARE_FLAGS if getattr(args, name) is not None]
@@ -581,30 +583,13 @@ def _prepare(args: argparse.Namespace) -> str:
       takes = f"its flags: {', '.join('--' + n for n in taken)}" if taken else "it takes none of these flags"
       raise UsageError(f"data prepare {args.task}: --{name} does not apply to {args.task}; {takes}")
   presets = [{}]
-  if args.protocol:  # the protocol's data, and that of every point of its sweep that changes the data
-    from lra_bench.experiments import suite
-
-    presets = []
-    for sets, _ in suite.sweep_variants(args.protocol, args.task, {}, ()):
-      preset = config.load_config(args.protocol, args.task, sets).data.prepare.to_dict()
-      if preset not in presets:
-        presets.append(preset)
-  merged = []  # the flags replace a value in every preset; presets they make equal are prepared once
-  for options in presets:
-    options = {**options, **{name: getattr(args, name) for name in given}}
-    if options not in merged:
-      merged.append(options)
-  if "name" in given and len(merged) > 1:  # one file name for several data settings: refuse, write nothing
-    varying = sorted(k for k in set().union(*merged) if len({repr(o.get(k)) for o in merged}) > 1)
-    pins = " ".join(f"--{k} {merged[0].get(k)}" for k in varying)
-    raise UsageError(f"data prepare {args.task} --protocol {args.protocol}: --name {args.name} would name "
-                     f"{len(merged)} different data settings of the protocol's sweep (they differ in "
-                     f"{', '.join(varying)}); pick one with its values (e.g. {pins}) or leave --name out")
+  if args.protocol:  # the data of every run of the protocol (its sweep's points)
+    presets = [run.data.prepare.to_dict() for run in config.protocol_runs(args.protocol, args.task)]
+  merged = plan.preparations(args.task, presets, {name: getattr(args, name) for name in given}, args.protocol)
+  for options in merged:  # before anything is logged or written
+    config.validate_prepare(options)  # the merged options: each flag passed alone, not all together
   paths = []
   for options in merged:
-    config.validate_prepare(options)  # the merged options: each flag passed alone, not all together
-    if "name" in options:
-      tasks.base.check_name(args.task, options["name"])  # before anything is logged or written
     logging.info("preparing %s in %s with %s", args.task, _data_dir(args), options or "defaults")
     try:
       paths.append(task.prepare(_data_dir(args), **options))

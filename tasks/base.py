@@ -303,7 +303,8 @@ class ArrayBatches:
   Training (``repeat=True``): epoch ``e`` visits this process's examples in the order of a permutation
   drawn from ``numpy.random.default_rng([seed, e])`` and drops its last partial batch; epochs follow
   forever. The iterator's state is two integers (epoch, batch), saved beside each checkpoint
-  (``ArrayIteratorCheckpoint``), so a resumed run continues with exactly the batches it would have seen.
+  (``lra_bench.training.checkpoints.iterator_checkpoint``), so a resumed run continues with exactly the
+  batches it would have seen.
   Evaluation: every example once in file order, the last batch possibly smaller. Multi-host: this
   process takes examples ``shard_index``, ``shard_index + num_shards``, ... (as ``tf.data``'s ``shard``).
   The batches differ from the tf.data pipeline's (another shuffle), not their distribution.
@@ -358,32 +359,3 @@ class ArrayIterator:
   def restore(self, state: dict[str, int]) -> None:
     self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
     self._order = self._epoch_order(self.epoch)
-
-
-class ArrayIteratorCheckpoint:
-  """``tf.train.Checkpoint(iterator=...)``'s interface for an ``ArrayIterator``: ``write(prefix)`` saves
-  its state to ``<prefix>.json`` (atomically) and returns the prefix; ``read(prefix)`` restores it."""
-
-  def __init__(self, iterator: ArrayIterator):
-    self.iterator = iterator
-
-  def write(self, prefix: str) -> str:
-    from lra_bench import files
-
-    files.write_atomic(f"{prefix}.json", json.dumps(self.iterator.state()))
-    return prefix
-
-  def read(self, prefix: str) -> "ArrayIteratorCheckpoint":
-    with open(f"{prefix}.json") as f:
-      self.iterator.restore(json.load(f))
-    return self
-
-  def expect_partial(self) -> None:
-    """(tf.train.Checkpoint's status call; nothing to check here.)"""
-
-
-def iterator_checkpoint(iterator):
-  """What saves and restores the training iterator's position beside each checkpoint."""
-  if isinstance(iterator, ArrayIterator):
-    return ArrayIteratorCheckpoint(iterator)
-  return import_tf().train.Checkpoint(iterator=iterator)

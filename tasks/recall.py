@@ -33,7 +33,6 @@ from typing import Callable
 
 import numpy as np
 
-from lra_bench import files
 from tasks import register_task
 from tasks.base import (IGNORE, PREPARE_RANGES, DataError, Examples, MissingDataError, Task, check_count,
                         check_name, import_tf, pid_alive, read_meta)
@@ -361,23 +360,27 @@ class _RecallTask(Task):
         return out_dir
       logging.warning("%s: split files missing; generating them again", meta_path)
     arrays, redrawn = self._generate_splits(options)
-    os.makedirs(out_dir, exist_ok=True)
-    self._remove_stale_temporaries(out_dir)
-    tmp_dir = tempfile.mkdtemp(prefix=f".tmp-recall-{os.getpid()}-", dir=out_dir)
-    try:
-      for split, path in paths.items():
-        np.savez(os.path.join(tmp_dir, os.path.basename(path)), **arrays[split])
-      for path in paths.values():
-        os.replace(os.path.join(tmp_dir, os.path.basename(path)), path)
-    finally:
-      shutil.rmtree(tmp_dir, ignore_errors=True)
     meta = {"task": self.name, "generator": GENERATOR, "options": options,
             "vocab_size": self._vocab_size(options),
             "length": int(arrays["train"]["inputs"].shape[1]),
             "queries": {split: int(a["positions"].shape[1]) for split, a in arrays.items()},
             "examples": {split: int(a["inputs"].shape[0]) for split, a in arrays.items()},
             "duplicates_redrawn": redrawn}
-    files.write_atomic(meta_path, json.dumps(meta, indent=1) + "\n", prefix=".tmp-recall-meta-")  # last
+    os.makedirs(out_dir, exist_ok=True)
+    self._remove_stale_temporaries(out_dir)
+    tmp_dir = tempfile.mkdtemp(prefix=f".tmp-recall-{os.getpid()}-", dir=out_dir)
+    try:
+      for split, path in paths.items():
+        np.savez(os.path.join(tmp_dir, os.path.basename(path)), **arrays[split])
+      with open(os.path.join(tmp_dir, os.path.basename(meta_path)), "w") as f:
+        f.write(json.dumps(meta, indent=1) + "\n")
+        f.flush()
+        os.fsync(f.fileno())  # on disk before it marks the data complete
+      for path in paths.values():
+        os.replace(os.path.join(tmp_dir, os.path.basename(path)), path)
+      os.replace(os.path.join(tmp_dir, os.path.basename(meta_path)), meta_path)  # last: marks the data complete
+    finally:
+      shutil.rmtree(tmp_dir, ignore_errors=True)
     return out_dir
 
   def _generate_splits(self, options: dict) -> tuple[dict, dict]:

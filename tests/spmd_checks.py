@@ -17,14 +17,14 @@ import optax
 import tasks
 from lra_bench.experiments import cell
 from lra_bench.training import config as config_lib
-from lra_bench.training import checkpoints, loop, optim, parallel, steps
+from lra_bench.training import checkpoints, loop, objectives, optim, parallel
 from tests.conftest import tiny_overrides
 
 
 def _setup(**overrides):
   config = config_lib.load_config("smoke", "listops", tiny_overrides(**overrides))
   task = tasks.get_task("listops")
-  return config, steps.create_model(config, task), task
+  return config, objectives.select(config).create_model(), task
 
 
 def _batches(task, count: int, batch_size: int, length: int = 64, seed: int = 0) -> list[dict]:
@@ -44,7 +44,7 @@ def _run_steps(config, model, tx, batches, devices, param_sharding="replicated",
       param_sharding=param_sharding, accumulate_steps=accumulate_steps,
       **{"model.dropout_rate": config.model.dropout_rate,
          "model.attention_dropout_rate": config.model.attention_dropout_rate}))
-  placed = loop.place(config, model, tx, mesh, batches[0])
+  placed = loop.place(config, objectives.select(config), model, tx, mesh, batches[0])
   state, initial = placed.state, jax.device_get(placed.state.params)
   losses = []
   for batch in batches:

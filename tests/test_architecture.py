@@ -1,8 +1,8 @@
 """The shape of lra_bench (docs/ARCHITECTURE.md): the import graph of its modules, read from their source
 (imports inside functions and ``import_module("...")`` of a literal name included), has no cycle and no
 upward edge (the ground modules <- training <- experiments <- report, the command modules on top); every
-module has a layer; the report reads records and never imports training; and the repository points to no
-document outside itself."""
+module has a layer; the report reads records and never imports training; the packages below lra_bench (tasks,
+attention_zoo, configs) never import it; and the repository points to no document outside itself."""
 
 import ast
 import os
@@ -26,30 +26,35 @@ def _module_name(path: str) -> str:
   return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
 
 
+def _python_files(top: str) -> dict[str, str]:
+  """{module name: path} of every Python file under ``top``."""
+  return {_module_name(os.path.join(root, name)): os.path.join(root, name)
+          for root, _, files in os.walk(top) for name in files if name.endswith(".py")}
+
+
+def imported_names(path: str) -> set[str]:
+  """Every name the source of ``path`` imports, at any depth (imports inside functions count too), and the
+  literal names it passes to ``import_module`` / ``__import__``; ``from a import b`` gives ``a`` and ``a.b``."""
+  with open(path) as f:
+    tree = ast.parse(f.read())
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names.update(a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      names.add(node.module)
+      names.update(f"{node.module}.{a.name}" for a in node.names)
+    elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+          in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)
+          and isinstance(node.args[0].value, str)):
+      names.add(node.args[0].value)
+  return names
+
+
 def import_graph() -> dict[str, set[str]]:
   """{module: the lra_bench modules it imports (at any depth of its source)}."""
-  modules = {}
-  for root, _, files in os.walk(PACKAGE):
-    for name in files:
-      if name.endswith(".py"):
-        modules[_module_name(os.path.join(root, name))] = os.path.join(root, name)
-  graph = {}
-  for module, path in modules.items():
-    with open(path) as f:
-      tree = ast.parse(f.read())
-    edges = set()
-    for node in ast.walk(tree):  # every node: imports inside functions count too
-      if isinstance(node, ast.Import):
-        edges.update(a.name for a in node.names)
-      elif isinstance(node, ast.ImportFrom) and node.module:
-        edges.add(node.module)
-        edges.update(f"{node.module}.{a.name}" for a in node.names)
-      elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
-            in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)):
-        edges.add(node.args[0].value)
-    graph[module] = {e for e in edges if e in modules and e != module}
-  return graph
+  modules = _python_files(PACKAGE)
+  return {module: {e for e in imported_names(path) if e in modules and e != module} for module, path in modules.items()}
 
 
 def _layer(module: str) -> int | None:
@@ -67,6 +72,16 @@ def test_the_report_never_imports_training():
   needs from a run, the record carries (docs/ARCHITECTURE.md, after the data flow)."""
   offending = sorted((m, e) for m, edges in import_graph().items() if m.startswith("lra_bench.report")
                      for e in edges if e == "lra_bench.training" or e.startswith("lra_bench.training."))
+  assert not offending, offending
+
+
+@pytest.mark.parametrize("package", ["tasks", "attention_zoo", "configs"])
+def test_the_packages_below_lra_bench_never_import_it(package):
+  """tasks (the data, and the plan of what a protocol needs prepared: ``tasks.plan``), attention_zoo and configs
+  sit below every wing of lra_bench, which may import them; an import the other way (inside a function
+  included) would make a cycle between the packages."""
+  offending = sorted((module, name) for module, path in _python_files(os.path.join(REPO, package)).items()
+                     for name in imported_names(path) if name == "lra_bench" or name.startswith("lra_bench."))
   assert not offending, offending
 
 

@@ -14,12 +14,11 @@ import numpy as np
 import pytest
 
 import attention_zoo
-import tasks
 from attention_zoo import registry
 from attention_zoo.vanilla import VanillaAttention
 from lra_bench.experiments import cell
 from lra_bench.training import config as config_lib
-from lra_bench.training import models, steps
+from lra_bench.training import models, objectives
 from tests.conftest import tiny_overrides
 
 
@@ -59,7 +58,7 @@ class _Float32Out(nn.Module):
 def _init(name: str, *extra: str):
   config = config_lib.load_config("smoke", "listops", tiny_overrides(**{"data.max_length": 12}) + list(extra),
                                   attention=name)
-  model = steps.create_model(config, tasks.get_task("listops"))
+  model = objectives.select(config).create_model()
   batch = {"inputs": np.arange(1, 25, dtype=np.int32).reshape(2, 12) % 10 + 1}
   return jax.eval_shape(lambda: model.init({"params": jax.random.key(0)}, batch))
 

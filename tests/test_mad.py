@@ -15,7 +15,7 @@ import tasks
 from lra_bench.experiments import results
 from lra_bench.report import recall as recall_report
 from lra_bench.training import config as config_lib
-from lra_bench.training import loop, steps
+from lra_bench.training import loop, objectives, steps
 from tasks import recall
 from tasks.base import IGNORE, DataError
 
@@ -190,13 +190,14 @@ def test_eval_step_counts_per_class_over_labelled_slots_of_real_examples():
   targets[0, :2] = IGNORE
   weights = np.array([1.0, 1.0, 0.0], np.float32)          # the third example is padding
   batch = {"targets": targets, "weights": weights}
-  sums = steps.eval_step({}, {}, batch, model=_Fixed(logits), num_classes=6)
+  terms = lambda outputs, batch: objectives.per_label(outputs, batch["targets"])
+  sums = steps.eval_step({}, {}, batch, model=_Fixed(logits), terms=terms, num_classes=6)
   keep = (targets >= 0) & (weights[:, None] > 0)
   expected = _counts(targets[keep], logits.argmax(-1)[keep], 6)
   for key, value in expected.items():
     np.testing.assert_allclose(np.asarray(sums[key]), value)
   assert float(sums["count"]) == keep.sum()
-  assert "class_labels" not in steps.eval_step({}, {}, batch, model=_Fixed(logits))
+  assert "class_labels" not in steps.eval_step({}, {}, batch, model=_Fixed(logits), terms=terms)
 
 
 # ----------------------------------------------------------------------------------------------------

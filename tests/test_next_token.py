@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from lra_bench.training import models, steps
+from lra_bench.training import models, objectives, steps
 
 
 def _model_config(**extra) -> ml_collections.ConfigDict:
@@ -40,7 +40,7 @@ def test_loss_and_accuracy_count_labelled_slots_only():
   logits = np.log(np.array([[[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]],
                             [[0.2, 0.2, 0.6], [0.5, 0.25, 0.25], [0.1, 0.1, 0.8]]], np.float32))
   targets = np.array([[0, 2, -1], [2, -1, -1]], np.int32)
-  loss, accuracy = steps.mean_loss_and_accuracy(jnp.asarray(logits), jnp.asarray(targets))
+  loss, accuracy = steps.mean_loss_and_accuracy(*objectives.per_label(jnp.asarray(logits), jnp.asarray(targets)))
   expected = -(np.log(0.7) + np.log(0.1) + np.log(0.6)) / 3  # the three labelled slots
   np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
   np.testing.assert_allclose(float(accuracy), 2 / 3, rtol=1e-6)  # slot (0, 1) predicts 1, not 2
@@ -49,8 +49,8 @@ def test_loss_and_accuracy_count_labelled_slots_only():
 def test_classification_loss_is_the_plain_mean():
   logits = jnp.asarray(np.random.default_rng(0).normal(size=(5, 4)), jnp.float32)
   targets = jnp.asarray([0, 3, 1, 1, 2])
-  loss, accuracy = steps.mean_loss_and_accuracy(logits, targets)
-  np.testing.assert_allclose(float(loss), float(jnp.mean(steps.cross_entropy(logits, targets))), rtol=1e-6)
+  loss, accuracy = steps.mean_loss_and_accuracy(*objectives.per_label(logits, targets))
+  np.testing.assert_allclose(float(loss), float(jnp.mean(objectives.cross_entropy(logits, targets))), rtol=1e-6)
   np.testing.assert_allclose(float(accuracy), float(jnp.mean(jnp.argmax(logits, -1) == targets)))
 
 
@@ -106,7 +106,8 @@ def test_eval_step_counts_labels_of_real_examples():
   batch["targets"][1, 2] = -1                       # an unused slot
   model, params = _init(config, batch)
   batch = dict(batch, weights=np.array([1, 1, 1, 0], np.float32))  # the last example is padding
-  sums = steps.eval_step(params["params"], {}, batch, model=model)
+  terms = lambda logits, batch: objectives.per_label(logits, batch["targets"])  # the next-token objective's
+  sums = steps.eval_step(params["params"], {}, batch, model=model, terms=terms)
   assert float(sums["count"]) == 3 + 2 + 3 and float(sums["examples"]) == 3
   logits = np.asarray(model.apply(params, batch))
   predicted = logits.argmax(-1)

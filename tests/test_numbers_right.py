@@ -31,9 +31,14 @@ import tasks
 from lra_bench.experiments import cell, results
 from lra_bench.report import accuracy
 from lra_bench.training import config as config_lib
-from lra_bench.training import loop, optim, steps, xla_stats
+from lra_bench.training import loop, objectives, optim, steps, xla_stats
 from tasks import listops, pathfinder, pathfinder_gen
 from tests.conftest import tiny_overrides
+
+def classification_terms(logits, batch):
+  """The classification objective's terms (cross-entropy at the label) for the hand-built models below."""
+  return objectives.per_label(logits, batch["targets"])
+
 
 # ----------------------------------------------------------------------------------------------------
 # The optimizer: every step, the scheduled learning rate
@@ -81,7 +86,7 @@ def _trajectory(tx, opt_config, num_steps: int):
   params = model.init(jax.random.key(0), batch)["params"]
   state = steps.TrainState(step=jnp.asarray(0, jnp.int32), params=params, opt_state=tx.init(params),
                            model_state={}, rng=jax.random.PRNGKey(0))
-  step = jax.jit(lambda state, batch: steps.train_step(state, batch, model=model, tx=tx))
+  step = jax.jit(lambda state, batch: steps.train_step(state, batch, model=model, tx=tx, terms=classification_terms))
   got = []
   for _ in range(num_steps):
     state, _ = step(state, batch)
@@ -139,7 +144,8 @@ def test_padded_rows_do_not_count():
   """6 examples in batches of 4 (the second has 2 real rows and 2 padded ones): 3 right, so 0.5, and
   the loss is the mean over the 6 real rows. Counting the padded rows would give 5/8."""
   model = FirstTokenClassifier()
-  eval_fn = jax.jit(lambda params, model_state, batch: steps.eval_step(params, model_state, batch, model=model))
+  eval_fn = jax.jit(lambda params, model_state, batch: steps.eval_step(params, model_state, batch, model=model,
+                                                                       terms=classification_terms))
   batches = _batches([1, 2, 0, 1, 2, 2], [1, 0, 0, 2, 1, 2], 4)  # right: examples 0, 2, 5
   right, wrong = math.log(1 + 2 * math.exp(-10)), math.log(math.exp(10) + 2)
   out = loop.evaluate(eval_fn, {}, {}, batches, 4)
@@ -221,7 +227,7 @@ def test_test_accuracy_is_the_test_split_with_the_best_validation_parameters(lis
   assert record["best_step"] == 2 and record["train_steps"] == 3
 
   # Every field's value (make_record fills missing ones with null, so a dropped field shows as None).
-  model = steps.create_model(config, tasks.get_task("listops"))
+  model = objectives.select(config).create_model()
   params = jax.eval_shape(model.init, jax.random.key(0), {"inputs": np.zeros((1, 64), np.int32)})["params"]
   sps = record["steps_per_second"]
   expected = dict(

@@ -16,7 +16,7 @@ import tasks
 from lra_bench.errors import ConfigError
 from lra_bench.experiments import cell
 from lra_bench.training import config as config_lib
-from lra_bench.training import loop
+from lra_bench.training import checkpoints, loop
 from tasks import base
 from tests.conftest import tiny_overrides
 
@@ -58,10 +58,10 @@ def test_the_iterator_state_restores_the_exact_position(tmp_path):
   it = iter(_batches(n=10, batch=3, repeat=True, seed=1))
   for _ in range(7):                                            # into the third epoch
     next(it)
-  prefix = base.ArrayIteratorCheckpoint(it).write(str(tmp_path / "iter-7"))
+  prefix = checkpoints.ArrayIteratorCheckpoint(it).write(str(tmp_path / "iter-7"))
   expected = [next(it)["x"].tolist() for _ in range(5)]
   fresh = iter(_batches(n=10, batch=3, repeat=True, seed=1))
-  base.ArrayIteratorCheckpoint(fresh).read(prefix).expect_partial()
+  checkpoints.ArrayIteratorCheckpoint(fresh).read(prefix).expect_partial()
   assert [next(fresh)["x"].tolist() for _ in range(5)] == expected
 
 

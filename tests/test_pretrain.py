@@ -1,7 +1,8 @@
-"""Self-pretraining (SPT, ``lra_bench.training.pretrain``): the masking (rates, which positions, what
-they become), no label leakage, the pixel and causal objectives, the config section, the parameter
-transfer, and the two stages: records linked by the pretraining's config hash, a finished pretraining
-never repeated, and a run killed in either stage resuming there to the numbers of an uninterrupted one."""
+"""Self-pretraining (SPT: the objectives ``masked`` and ``causal`` of ``lra_bench.training.objectives``, the two
+runs of ``lra_bench.training.pretrain``): the masking (rates, which positions, what they become), no label
+leakage, the pixel and causal objectives, the config section, the parameter transfer, and the two stages:
+records linked by the pretraining's config hash, a finished pretraining never repeated, and a run killed in
+either stage resuming there to the numbers of an uninterrupted one."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import tasks as tasks_lib
 from lra_bench.errors import ConfigError
 from lra_bench.experiments import cell, results
 from lra_bench.training import config as config_lib
-from lra_bench.training import loop, models, optim, pretrain, steps
+from lra_bench.training import loop, models, objectives, optim, pretrain, steps
 from tests.conftest import tiny_overrides
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,9 +97,12 @@ def test_a_next_token_task_has_nothing_to_fine_tune():
 # ----------------------------------------------------------------------------------------------- masking
 
 
+def _pretraining(config):
+  return objectives.select(config, objectives.PRETRAIN)
+
+
 def _prepare(config, batch, key=jax.random.PRNGKey(3), vocab=20):
-  task = tasks_lib.get_task(config.task)
-  return jax.tree.map(np.asarray, pretrain.batch_preparer(config, task, vocab)(batch, key))
+  return jax.tree.map(np.asarray, _pretraining(config).batch_transform(vocab)(batch, key))
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.15, 0.5])
@@ -126,7 +130,7 @@ def test_evaluation_masks_are_fixed_and_keyed_by_the_example():
   config = _config(sets=["pretrain.objective=masked"])
   x = _tokens(rows=8)
   batch = {"inputs": x, "index": np.arange(8, dtype=np.int32), "weights": np.ones(8, np.float32)}
-  key = pretrain.eval_key(config)
+  key = _pretraining(config).eval_key()
   a, b = _prepare(config, batch, key), _prepare(config, batch, key)
   np.testing.assert_array_equal(a["inputs"], b["inputs"])
   # an example masks the same wherever it sits in a batch
@@ -157,13 +161,14 @@ def test_masked_pixels_are_zeroed_flagged_and_regressed():
   np.testing.assert_array_equal(out["inputs"][~chosen], x[~chosen])
   np.testing.assert_array_equal(out["targets"], x)
   np.testing.assert_array_equal(out["target_weights"], chosen.astype(np.float32))
-  # L1 on the masked pixels; "correct" within half an intensity level (0.5 / 61 for CIFAR's std)
-  tolerance = pretrain.pixel_tolerance(config, tasks_lib.get_task("image"))
-  assert tolerance == pytest.approx(0.5 / 61.0)
-  predictions = x + np.where(np.arange(100) % 2 == 0, 0.0, 0.5).astype(np.float32)
-  error, correct, weight = steps.regression_terms(jnp.asarray(predictions), out, tolerance)
+  # the objective's terms (the config's, not the model's): L1 on the masked pixels; "correct" within half an
+  # intensity level (0.5 / 61 for CIFAR's std)
+  offsets = np.array([0.0, 0.5, 0.49 / 61, 0.51 / 61], np.float32)[np.arange(100) % 4]
+  predictions = x + offsets
+  error, correct, weight = _pretraining(config).terms(jnp.asarray(predictions), out)
   np.testing.assert_allclose(np.asarray(error), np.abs(predictions - x), atol=1e-6)
   np.testing.assert_array_equal(np.asarray(correct), (np.arange(100) % 2 == 0)[None].repeat(16, 0))
+  np.testing.assert_array_equal(np.asarray(weight), out["target_weights"])
 
 
 def test_causal_targets_are_the_next_real_token():
@@ -179,14 +184,14 @@ def test_the_label_never_enters_pretraining():
   same parameters (a mutation that kept ``targets`` would train on the labels' tokens)."""
   config = config_lib.load_config("smoke", "listops", tiny_overrides(**{"pretrain.objective": "masked"}))
   task = tasks_lib.get_task("listops")
-  model = pretrain.create_model(config, task)
-  prepare = pretrain.batch_preparer(config, task)
+  objective = _pretraining(config)
+  model, prepare = objective.create_model(), objective.batch_transform()
   tx = optim.make_optimizer(config.optimizer)
   x = _tokens(rows=8, length=64, vocab=task.vocab_size, pad_from=40)
   batch = {"inputs": x, "targets": np.zeros(8, np.int32), "index": np.arange(8, dtype=np.int32)}
   example = jax.tree.map(np.asarray, prepare(batch, jax.random.PRNGKey(0)))
   state = steps.init_state(config, model, tx, example)
-  step = jax.jit(lambda s, b: steps.train_step(s, b, model=model, tx=tx, prepare=prepare))
+  step = jax.jit(lambda s, b: steps.train_step(s, b, model=model, tx=tx, terms=objective.terms, prepare=prepare))
   a, metrics = step(state, batch)
   b, _ = step(state, dict(batch, targets=np.full(8, 9, np.int32)))
   for u, v in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
@@ -201,10 +206,9 @@ def test_the_label_never_enters_pretraining():
 
 def test_transfer_takes_the_encoder_and_drops_the_mask_row():
   config = config_lib.load_config("smoke", "listops", tiny_overrides(**{"pretrain.objective": "masked"}))
-  task = tasks_lib.get_task("listops")
   batch = {"inputs": np.ones((2, 64), np.int32), "targets": np.zeros(2, np.int32)}
-  pre = pretrain.create_model(config, task).init(jax.random.PRNGKey(1), batch)["params"]
-  fresh = steps.create_model(config, task).init(jax.random.PRNGKey(2), batch)["params"]
+  pre = _pretraining(config).create_model().init(jax.random.PRNGKey(1), batch)["params"]
+  fresh = objectives.select(config).create_model().init(jax.random.PRNGKey(2), batch)["params"]
   params, taken, kept = pretrain.transfer(pre, fresh)
   assert sorted(kept) == sorted(k for k in map(jax.tree_util.keystr, _paths(fresh)) if "head" in k)
   assert all("encoder" in k for k in taken) and len(taken) == len(_paths(fresh)) - len(kept)
@@ -318,7 +322,8 @@ def test_a_failed_pretraining_fails_the_fine_tuning_with_its_reason(listops_dir,
     raise loop.TrainingError("loss became nan by step 4")
 
   train = loop.Run.train
-  monkeypatch.setattr(loop.Run, "train", lambda self: broken(self) if self.stage == "pretrain" else train(self))
+  monkeypatch.setattr(loop.Run, "train",
+                      lambda self: broken(self) if self.objective.phase == objectives.PRETRAIN else train(self))
   record = cell.train_cell(config_lib.load_config("smoke", "listops", SPT), str(tmp_path / "w"), listops_dir)
   assert record["status"] == "failed"
   assert record["error"].startswith(f"the self-pretraining run in {tmp_path / 'w' / 'pretrain'} ended 'failed': "
@@ -340,7 +345,6 @@ def test_every_layer_pretrains_masked_and_causal_where_it_has_a_causal_form(name
   """Each registered attention core and sequence mixer: one masked pretraining step traces (shapes only,
   nothing compiled) at the smoke size; causal SPT is either accepted and traces too, or refused in one
   line saying the layer has no causal form."""
-  task = tasks_lib.get_task("listops")
   sizes = tiny_overrides(**{"model.pooling": "MEAN"})
   configs = [config_lib.load_config("smoke", "listops", [*sizes, "pretrain.objective=masked"], attention=name)]
   try:
@@ -352,15 +356,16 @@ def test_every_layer_pretrains_masked_and_causal_where_it_has_a_causal_form(name
         "model.attention_kwargs: " in str(err), str(err)
     assert "\n" not in str(err)
   for config in configs:
-    model, prepare = pretrain.create_model(config, task), pretrain.batch_preparer(config, task)
+    objective = _pretraining(config)
+    model, prepare = objective.create_model(), objective.batch_transform()
     tx = optim.make_optimizer(config.optimizer)
     batch = {"inputs": np.ones((2, 64), np.int32), "targets": np.zeros(2, np.int32),
              "index": np.arange(2, dtype=np.int32)}
     example = jax.eval_shape(prepare, batch, jax.random.PRNGKey(0))
     example = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), example)
     state = jax.eval_shape(steps.state_initializer(config, model, tx, example))
-    _, metrics = jax.eval_shape(lambda s, b: steps.train_step(s, b, model=model, tx=tx, prepare=prepare),
-                                state, batch)
+    _, metrics = jax.eval_shape(lambda s, b: steps.train_step(s, b, model=model, tx=tx, terms=objective.terms,
+                                                              prepare=prepare), state, batch)
     assert metrics["loss"].shape == ()
 
 

@@ -1,7 +1,9 @@
-"""The layer seam (one registry, one factory, one kit) moved nothing it should not have: the fingerprints of a
-fixed set of cells (``tests/seam_fingerprint.py``: config hash, parameter tree, initial parameter sums, three
-train steps' loss / accuracy / gradient norm) equal those pinned from the commit before the seam was cut; and
-the two bugs the forked seam had are gone."""
+"""The layer seam (one registry, one factory, one kit) and the objective seam (one module per objective) moved
+nothing they should not have: the fingerprints of a fixed set of cells (``tests/seam_fingerprint.py``: config
+hash, parameter tree, initial parameter sums, three train steps' loss / accuracy / gradient norm; for the
+self-pretraining cells also the pretraining config's hash, one evaluation's sums and what the classifier takes
+from the pretrained parameters) equal those pinned from the commit before each seam was cut; and the two bugs the
+forked layer seam had are gone."""
 
 from __future__ import annotations
 
@@ -19,15 +21,30 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PINNED = {cell["cell"]: cell for cell in json.loads((ROOT / "tests/data/seam_fingerprints.json").read_text())}
 
 
-@pytest.mark.parametrize("cell", seam_fingerprint.CELLS, ids=lambda c: "/".join(c[:3]))
-def test_cell_fingerprint_is_unchanged(cell):
-  now = seam_fingerprint.fingerprint(*cell)
+def _assert_unchanged(now: dict) -> dict:
   before = PINNED[now["cell"]]
   assert now["config_hash"] == before["config_hash"]
   assert now["params"] == before["params"]
   assert (now["param_sum"], now["param_sq"]) == pytest.approx((before["param_sum"], before["param_sq"]), rel=1e-6)
   for got, want in zip(now["steps"], before["steps"], strict=True):
     assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
+  return before
+
+
+@pytest.mark.parametrize("cell", seam_fingerprint.CELLS, ids=lambda c: "/".join(c[:3]))
+def test_cell_fingerprint_is_unchanged(cell):
+  _assert_unchanged(seam_fingerprint.fingerprint(*cell))
+
+
+@pytest.mark.parametrize("cell", seam_fingerprint.PRETRAIN_CELLS, ids=lambda c: "/".join((*c[:3], c[3][0])))
+def test_pretraining_cell_fingerprint_is_unchanged(cell):
+  """The pretraining objectives' models, batch transforms (masks keyed by the example's index; the next-pixel
+  shift) and terms (cross-entropy over tokens; L1 on float pixels) are those the ``stage`` string picked."""
+  now = seam_fingerprint.pretrain_fingerprint(*cell)
+  before = _assert_unchanged(now)
+  assert now["pretrain_config_hash"] == before["pretrain_config_hash"]
+  assert now["eval"] == pytest.approx(before["eval"], rel=1e-4, abs=1e-5)
+  assert (now["taken"], now["kept"]) == (before["taken"], before["kept"])
 
 
 def test_mixers_are_reported_in_their_own_family():

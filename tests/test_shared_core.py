@@ -8,10 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import tasks
 from lra_bench.errors import ConfigError
 from lra_bench.training import config as config_lib
-from lra_bench.training import steps
+from lra_bench.training import objectives
 
 OVERRIDES = ["data.max_length=48", "model.attention_kwargs.k=8", "model.dropout_rate=0.0"]
 
@@ -20,7 +19,7 @@ def _model(share: bool):
   extra = ["model.share_attention_core=True"] if share else []
   config = config_lib.load_config("smoke", "listops", [*OVERRIDES, *extra], attention="linformer")
   config.model.num_layers = 2
-  return steps.create_model(config, tasks.get_task("listops"), 20)
+  return objectives.select(config).create_model(20)
 
 
 def _batch():
@@ -64,15 +63,15 @@ def test_a_mixer_cannot_share_an_attention_core():
   config = config_lib.load_config("smoke", "listops", attention="s4d")
   with config.unlocked():
     config.model.share_attention_core = True
-  model = steps.create_model(config, tasks.get_task("listops"), 20)
-  with pytest.raises(ValueError, match="share_attention_core applies to attention cores"):
+  model = objectives.select(config).create_model(20)
+  with pytest.raises(ValueError, match="share_attention_core applies to layers one instance of which may serve"):
     model.init(jax.random.key(0), {"inputs": np.ones((1, 16), np.int32)})
 
 
 def test_the_xiong_linformer_preset_shares_one_projection_per_head():
   config = config_lib.load_config("xiong", "listops", ["data.max_length=64"], attention="linformer")
   assert config.model.share_attention_core is True
-  model = steps.create_model(config, tasks.get_task("listops"), 20)
+  model = objectives.select(config).create_model(20)
   params = jax.eval_shape(model.init, jax.random.key(0), {"inputs": np.ones((1, 64), np.int32)})["params"]
   assert params["encoder"]["shared_core"]["E"].shape == (2, 64, 256)   # [heads, n, k]
   assert "share_attention_core" not in config_lib.load_config("xiong", "listops", attention="vanilla").model

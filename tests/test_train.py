@@ -20,7 +20,7 @@ import attention_zoo
 from attention_zoo import registry
 from lra_bench.experiments import cell, results
 from lra_bench.training import config as config_lib
-from lra_bench.training import loop, optim, steps
+from lra_bench.training import loop, objectives, optim, steps
 from tests.conftest import tiny_overrides
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -209,7 +209,6 @@ class _PenaltyFiveConfig(_PenaltyConfig):
 
 def test_sown_losses_are_added_to_the_training_loss():
   """A core's sown ``losses`` add to the loss and its gradient; nothing sown = the plain cross-entropy."""
-  import tasks
 
   batch = {"inputs": np.arange(1, 17, dtype=np.int32).reshape(2, 8) % 10 + 1,
            "targets": np.array([1, 3], np.int32)}
@@ -219,13 +218,15 @@ def test_sown_losses_are_added_to_the_training_loss():
     for name in ("test_plain", "test_penalty"):
       config = config_lib.load_config("smoke", "listops", tiny_overrides(**{"model.dropout_rate": 0.0}),
                                       attention=name)
-      model = steps.create_model(config, tasks.get_task("listops"))
+      objective = objectives.select(config)
+      model = objective.create_model()
       tx = optim.make_optimizer(config.optimizer)
       state = steps.init_state(config, model, tx, batch)
       assert "losses" not in state.model_state
-      _, metrics = jax.jit(functools.partial(steps.train_step, model=model, tx=tx))(state, batch)
+      _, metrics = jax.jit(functools.partial(steps.train_step, model=model, tx=tx, terms=objective.terms))(
+          state, batch)
       sums = steps.eval_step(state.params, state.model_state, dict(batch, weights=np.ones(2, np.float32)),
-                             model=model)
+                             model=model, terms=objective.terms)
       out[name] = (float(metrics["loss"]), float(sums["loss"]) / 2, float(metrics["grad_norm"]))
   plain, penalty = out["test_plain"], out["test_penalty"]
   assert plain[0] == pytest.approx(plain[1], rel=1e-6)             # no aux loss: the cross-entropy

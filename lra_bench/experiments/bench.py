@@ -112,13 +112,13 @@ def _length_bound(c: ml_collections.ConfigDict, positions: int) -> None:
 def validate_bench(config: ml_collections.ConfigDict) -> None:
   """The ``bench`` section (``load_config``'s check of the section ``bench_config`` adds): ConfigError
   naming the key, the value and what is allowed."""
-  from lra_bench.training import config as config_lib
+  from lra_bench.training.values import INT, check_choice, check_number, fail
 
-  config_lib.check_number("bench.warmup_steps", config.bench.warmup_steps, config_lib.INT, 0, None, ">= 0")
-  config_lib.check_number("bench.repeats", config.bench.repeats, config_lib.INT, 1, None, ">= 1")
-  config_lib.check_choice("bench.mode", config.bench.mode, MODES)
+  check_number("bench.warmup_steps", config.bench.warmup_steps, INT, 0, None, ">= 0")
+  check_number("bench.repeats", config.bench.repeats, INT, 1, None, ">= 1")
+  check_choice("bench.mode", config.bench.mode, MODES)
   if not isinstance(config.bench.compile_only, bool):
-    config_lib.fail("bench.compile_only", config.bench.compile_only, "True or False")
+    fail("bench.compile_only", config.bench.compile_only, "True or False")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   import numpy as np
 
   import tasks as tasks_lib
-  from lra_bench.training import optim, steps, xla_stats
+  from lra_bench.training import objectives, optim, steps, xla_stats
 
   if config.bench.mode == "core":
     import attention_zoo
@@ -174,7 +174,8 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   peak_before = xla_stats.peak_memory_bytes()
   task = tasks_lib.get_task(config.task)
   b, length, mode = config.batch_size, config.data.max_length, config.bench.mode
-  model = steps.create_model(config, task)
+  objective = objectives.select(config)  # the task's: a classifier (bench tasks classify)
+  model = objective.create_model()
   tx = optim.make_optimizer(config.optimizer)
   rng = np.random.default_rng(0)
   batch = {"inputs": rng.integers(1, task.vocab_size, (b, length), dtype=np.int32),
@@ -188,10 +189,10 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(state.params)))
 
   if mode == "train":
-    fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx), donate_argnums=0)
+    fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx, terms=objective.terms), donate_argnums=0)
     args = (state, batch)
   else:
-    fn = jax.jit(functools.partial(steps.eval_step, model=model))
+    fn = jax.jit(functools.partial(steps.eval_step, model=model, terms=objective.terms))
     weights = np.ones((b,), np.float32)
     batch["weights"] = jax.ShapeDtypeStruct(weights.shape, weights.dtype) if config.bench.compile_only \
         else weights

@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import shutil
 import socket
 import time
@@ -40,11 +39,12 @@ import jax
 import ml_collections
 
 import tasks as tasks_lib
+from tasks import plan
 from lra_bench import files
 from lra_bench.errors import UserError
 from lra_bench.experiments import results
 from lra_bench.training import config as config_lib
-from lra_bench.training import checkpoints, loop, pretrain, xla_stats
+from lra_bench.training import checkpoints, loop, objectives, pretrain, xla_stats
 
 MAX_ERROR_CHARS = 2000
 LOCK_FILE = ".lock"  # in the workdir, held while a process trains it
@@ -154,38 +154,20 @@ def outcome(err: BaseException, workdir: str | None = None) -> tuple[str, str]:
   return status, message.strip()[:MAX_ERROR_CHARS]
 
 
-def prepare_options(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The ``data prepare`` options that make the data ``config`` reads: its ``data.prepare``, with every
-  ``data.options`` value the task's ``prepare`` also takes (the file name, the contour length ...)."""
-  import inspect
-
-  options = config.data.prepare.to_dict()
-  takes = inspect.signature(tasks_lib.get_task(config.task).prepare).parameters
-  options.update({k: v for k, v in config.data.options.to_dict().items() if k in takes and k != "data_dir"})
-  return options
-
-
-def prepare_flags(config: ml_collections.ConfigDict) -> list[str]:
-  """``--key value`` for each ``prepare_options`` value that the protocol's preset does not give, and
-  for each that differs between the points of the protocol's sweep (``data prepare --protocol`` makes
-  every point's data; these flags pin the run's own)."""
-  try:
-    preset = prepare_options(config_lib.load_config(config.protocol, config.task))
-    points = [prepare_options(config_lib.load_config(config.protocol, config.task,
-                                                     [f"{k}={v}" for k, v in point.items()]))
-              for axis in config_lib.protocol_sweep(config.protocol, config.task).values() for point in axis]
-  except (config_lib.ConfigError, ImportError):  # a protocol made in Python: spell every option out
-    preset, points = {}, []
-  varying = {k for point in points for k in point if any(other.get(k) != point[k] for other in points)}
-  return [f"--{k} {shlex.quote(str(v))}" for k, v in sorted(prepare_options(config).items())
-          if k in varying or preset.get(k, object()) != v]
+def _run_options(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The ``data prepare`` options that make the data ``config`` reads (``tasks.plan.run_options``)."""
+  return plan.run_options(config.task, config.data.prepare.to_dict(), config.data.options.to_dict())
 
 
 def missing_data(err: tasks_lib.MissingDataError, config: ml_collections.ConfigDict, data_dir: str) -> str:
   """The ``no_data`` message: what is missing and the command that prepares exactly the data this run
-  reads (the protocol's preset and whatever the run's overrides changed in it)."""
-  fix = " ".join([f"lra-bench data prepare {config.task} --protocol {config.protocol} "
-                  f"--data_dir {shlex.quote(os.path.abspath(data_dir))}", *prepare_flags(config)])
+  reads (``tasks.plan.fix_command``: the protocol's preset and whatever the run's overrides changed in it)."""
+  try:
+    preset = _run_options(config_lib.load_config(config.protocol, config.task))
+    points = [_run_options(run) for run in config_lib.protocol_runs(config.protocol, config.task)]
+  except (config_lib.ConfigError, ImportError):  # a protocol made in Python: spell every option out
+    preset, points = None, []
+  fix = plan.fix_command(config.task, config.protocol, data_dir, _run_options(config), preset, points)
   return str(err).split("\n")[0] + f"\nPrepare it for protocol {config.protocol!r} with:\n  {fix}"
 
 
@@ -222,11 +204,12 @@ def train_cell(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
   A workdir whose ``result.json`` already holds a terminal record for the same config is not rerun
   (unless ``force``); an interrupted run resumes from its checkpoint.
 
-  A config with a ``pretrain`` section (``lra_bench.training.pretrain``) runs its self-pretraining first,
-  as a run of its own in ``pretrain_workdir`` (default ``<workdir>/pretrain``) with its own record
-  (``kind: pretrain``), unless that workdir already holds its finished record; the classifier then starts
-  from the pretraining's best-validation encoder, and its record's ``pretrain`` field names that run
-  (``pretrain_link``). A kill in either stage resumes in that stage; ``force`` reruns both.
+  A config with a ``pretrain`` section (``lra_bench.training.pretrain``) runs its self-pretraining first
+  (objective ``objectives.select(config, objectives.PRETRAIN)``), as a run of its own in ``pretrain_workdir``
+  (default ``<workdir>/pretrain``) with its own record (``kind: pretrain``), unless that workdir already holds
+  its finished record; the classifier then starts from the pretraining's best-validation encoder, and its
+  record's ``pretrain`` field names that run (``pretrain_link``). A kill in either stage resumes in that stage;
+  ``force`` reruns both.
   """
   workdir, data_dir = files.absolute(workdir), files.absolute(data_dir)
   results_dir = files.absolute(results_dir) if results_dir else None
@@ -263,7 +246,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, data_dir: str
       return record
     init_from = pretrain.initializer(pretrain.pretrain_config(config), pre_dir, pre_record["best_step"])
   return _recorded_run(config, workdir, data_dir, results_dir, config, fields={**where, **link},
-                       init_from=init_from)
+                       objective=objectives.select(config, objectives.TRAIN), init_from=init_from)
 
 
 def _recorded_run(config: ml_collections.ConfigDict, workdir: str, data_dir: str, results_dir: str | None,
@@ -338,7 +321,8 @@ def pretrain_stage(config: ml_collections.ConfigDict, pre_dir: str, data_dir: st
     logging.info("self-pretraining (%s) in %s", pre_config.pretrain.objective, pre_dir)
     # a missing dataset names the fine-tuning config's prepare command (the same data)
     return _recorded_run(pre_config, pre_dir, data_dir, results_dir, config,
-                         fields=dict(workdir=pre_dir, data_dir=data_dir, kind="pretrain"), stage="pretrain")
+                         fields=dict(workdir=pre_dir, data_dir=data_dir, kind="pretrain"),
+                         objective=objectives.select(pre_config, objectives.PRETRAIN))
 
 
 def _save_traceback(workdir: str) -> None:

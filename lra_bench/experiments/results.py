@@ -30,7 +30,8 @@ from typing import Any, Iterable, Iterator
 import ml_collections
 
 from lra_bench import errors, files
-from lra_bench.training.config import PRETRAIN_OBJECTIVES, config_hash
+from lra_bench.training.config import config_hash
+from lra_bench.training.objectives import PRETRAIN_OBJECTIVES
 
 STATUSES = ("ok", "failed", "oom", "no_data")
 TERMINAL = ("ok", "oom", "no_data")  # a suite does not rerun these; "failed" runs are retried
@@ -48,7 +49,7 @@ FIELDS = (
 
 # What a reader relies on: required fields and their types (``record_problem`` checks them).
 REQUIRED = {"task": str, "attention": str, "protocol": str, "seed": int, "status": str}
-# "pretrain": the self-pretraining stage of a run (``lra_bench.training.pretrain``); its record holds the
+# "pretrain": the self-pretraining run of a config (``lra_bench.training.pretrain``); its record holds the
 # masked-position (or next-token) accuracy, never a classification accuracy, and no table of classifier
 # accuracies reads it.
 KINDS = ("train", "bench", "pretrain")

@@ -55,7 +55,7 @@ from lra_bench.experiments import cell as cell_lib
 from lra_bench.experiments import results
 from lra_bench.experiments.grid import failure_line, group_line, name_list, one_line, parse_ints, parse_names
 from lra_bench.training import config as config_lib
-from lra_bench.training import pretrain
+from lra_bench.training import models, objectives, pretrain
 
 
 @dataclasses.dataclass
@@ -84,7 +84,7 @@ class Cell:
                             "max_length": self.config.data.max_length})
 
 
-PRETRAIN_CHOICES = ("none", *config_lib.PRETRAIN_OBJECTIVES)  # none: from scratch
+PRETRAIN_CHOICES = ("none", *objectives.PRETRAIN_OBJECTIVES)  # none: from scratch
 
 
 def parse_sweeps(items: Sequence[str] | None, pretrain: str | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -118,23 +118,13 @@ def sweep_variants(protocol: str, task: str, sweeps: dict[str, list[dict[str, An
   added or replacing an axis of the same name; an axis with a key that an override (``--set``) fixes is
   not swept. Variant names read ``axis=value`` (the value of the point's first key). One point
   ((), "") without a sweep."""
-  import itertools
-
   axes = {**config_lib.protocol_sweep(protocol, task), **sweeps}
   for axis, points in sweeps.items():  # a --sweep of a key replaces the protocol's axis holding it
     keys = set(points[0])
     axes = {name: pts for name, pts in axes.items() if name == axis or not keys & set(pts[0])}
   fixed = {item.split("=", 1)[0].strip() for item in overrides if "=" in item}
   axes = {name: points for name, points in axes.items() if points and not fixed & set(points[0])}
-  if not axes:
-    return [((), "")]
-  names = list(axes)
-  variants = []
-  for combo in itertools.product(*(axes[name] for name in names)):
-    sets = tuple(f"{key}={value}" for point in combo for key, value in point.items())
-    label = ",".join(f"{name}={next(iter(point.values()))}" for name, point in zip(names, combo))
-    variants.append((sets, label))
-  return variants
+  return config_lib.sweep_points(axes)
 
 
 def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str], seeds: Sequence[int],
@@ -175,7 +165,7 @@ def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str
   return cells, skipped
 
 
-causal_form_problem = config_lib.causal_form_problem  # where the grid and the SPT check share it
+causal_form_problem = models.causal_form_problem  # where the grid and the SPT check share it
 
 
 def without_causal_form(cells: Sequence[Cell]) -> tuple[list[Cell], dict[str, str]]:

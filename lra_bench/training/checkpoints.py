@@ -2,7 +2,7 @@
 
 Exact resume: the ``last`` checkpoint holds params, optimizer state, step and the base PRNG key (per-step
 keys are ``fold_in(key, step)``), and the input iterator's state (tf.data's position and shuffle buffer,
-or the numpy pipeline's epoch and batch, ``tasks.base.iterator_checkpoint``) is saved beside it, so a
+or the numpy pipeline's epoch and batch: ``iterator_checkpoint``) is saved beside it, so a
 killed run continued with the same command ends with the same numbers as an uninterrupted one.
 
 Consistent under a kill at any instant: the ``last`` save is the commit point. Its progress names the
@@ -38,6 +38,7 @@ import orbax.checkpoint as ocp
 from lra_bench import files
 from lra_bench.errors import ConfigError, UserError
 from lra_bench.training.steps import TrainState
+from tasks import base as tasks_base
 
 # Keys that change how often a run logs or checkpoints but not its numbers (resume is exact whatever the
 # checkpoint cadence), so a run may be continued with other values. Every other key must match.
@@ -282,3 +283,30 @@ class Checkpoints:
             {"params": target.params, "model_state": target.model_state}))
     except Exception as err:
       raise self.unreadable(directory, err) from err
+
+
+class ArrayIteratorCheckpoint:
+  """``tf.train.Checkpoint(iterator=...)``'s interface for an ``ArrayIterator``: ``write(prefix)`` saves
+  its state to ``<prefix>.json`` (atomically) and returns the prefix; ``read(prefix)`` restores it."""
+
+  def __init__(self, iterator: tasks_base.ArrayIterator):
+    self.iterator = iterator
+
+  def write(self, prefix: str) -> str:
+    files.write_atomic(f"{prefix}.json", json.dumps(self.iterator.state()))
+    return prefix
+
+  def read(self, prefix: str) -> "ArrayIteratorCheckpoint":
+    with open(f"{prefix}.json") as f:
+      self.iterator.restore(json.load(f))
+    return self
+
+  def expect_partial(self) -> None:
+    """(tf.train.Checkpoint's status call; nothing to check here.)"""
+
+
+def iterator_checkpoint(iterator):
+  """What saves and restores the training iterator's position beside each checkpoint."""
+  if isinstance(iterator, tasks_base.ArrayIterator):
+    return ArrayIteratorCheckpoint(iterator)
+  return tasks_base.import_tf().train.Checkpoint(iterator=iterator)

@@ -13,8 +13,10 @@ range (``NUMERIC_KEYS``; True is not a batch size), the names (precision, poolin
 the open sections against what the task and the attention core take, and the cross-key rules; each
 failure is one line naming the key, the value and what is allowed, raised before the first step. The
 words come from the modules that use them (``optim.SCHEDULE_FACTORS``, ``parallel.PARAM_SHARDINGS``,
-``models.POOLINGS``, ``tasks.base.PREPARE_RANGES``); a section added by a caller (the benchmark's
-``bench``) is checked by the caller's own ``checks``, which ``load_config`` runs after these.
+``models.POOLINGS``, ``tasks.base.PREPARE_RANGES``); the optional sections the objectives own (``pretrain``)
+are parsed, completed and checked by them (``objectives.SECTIONS``, ``complete``, ``validate``), so this module
+never learns their keys; a section added by a caller (the benchmark's ``bench``) is checked by the caller's own
+``checks``, which ``load_config`` runs after these.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import attention_zoo
 import configs as _configs_pkg
 import tasks as tasks_lib
 from lra_bench.errors import ConfigError
+from lra_bench.training.values import FLOAT, INT, check_choice, check_number, fail
 from tasks.base import MAX_SEED, PREPARE_RANGES
 
 OPEN_SECTIONS = ("model.attention_kwargs", "data.options", "data.prepare")
@@ -88,6 +91,7 @@ def _attention_field_type(config: ml_collections.ConfigDict, field: str) -> type
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str]) -> None:
   """Applies ``key=value`` strings, each parsed by the type of the field it replaces (module docstring)."""
+  sections = optional_sections()
   for item in overrides:
     if "=" not in item:
       raise ConfigError(f"override {item!r} is not of the form key=value")
@@ -96,15 +100,14 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Iterable[str])
       raise ConfigError(f"override {item!r}: {key!r} cannot be overridden, it names the preset the config "
                         f"comes from; choose it with {FIXED_KEYS[key]} instead")
     parent_key, _, leaf = key.rpartition(".")
-    if parent_key in OPTIONAL_SECTIONS and leaf not in config.get(parent_key, {}):
-      if leaf not in OPTIONAL_SECTIONS[parent_key]:
-        raise ConfigError(f"unknown config key {key!r}; {parent_key} takes: "
-                          f"{', '.join(OPTIONAL_SECTIONS[parent_key])}")
+    if parent_key in sections and leaf not in config.get(parent_key, {}):
+      if leaf not in sections[parent_key]:
+        raise ConfigError(f"unknown config key {key!r}; {parent_key} takes: {', '.join(sections[parent_key])}")
       if parent_key not in config:
         with config.unlocked():  # an optional section (its keys' defaults are filled in by load_config)
           config[parent_key] = ml_collections.ConfigDict()
       with config[parent_key].unlocked():
-        config[parent_key][leaf] = parse_typed(text, OPTIONAL_SECTIONS[parent_key][leaf])
+        config[parent_key][leaf] = parse_typed(text, sections[parent_key][leaf])
       continue
     if key in OPTIONAL_KEYS and leaf not in config_path.get_value(parent_key, config):
       section = config_path.get_value(parent_key, config)
@@ -184,6 +187,30 @@ def protocol_sweep(protocol: str, task: str) -> dict[str, list[dict[str, Any]]]:
   return {axis: [dict(point) for point in points] for axis, points in (declared(task) if declared else {}).items()}
 
 
+def sweep_points(axes: dict[str, list[dict[str, Any]]]) -> list[tuple[tuple[str, ...], str]]:
+  """(overrides, label) per point of the product of ``axes`` (axis name -> points, each the config values it
+  sets), in axis order; labels read ``axis=value`` (the value of the point's first key). One point ((), "")
+  without an axis."""
+  import itertools
+
+  if not axes:
+    return [((), "")]
+  names = list(axes)
+  points = []
+  for combo in itertools.product(*(axes[name] for name in names)):
+    sets = tuple(f"{key}={value}" for point in combo for key, value in point.items())
+    label = ",".join(f"{name}={next(iter(point.values()))}" for name, point in zip(names, combo))
+    points.append((sets, label))
+  return points
+
+
+def protocol_runs(protocol: str, task: str) -> list[ml_collections.ConfigDict]:
+  """The configs of ``protocol``'s runs of ``task``: one per point of its sweep (``sweep_points`` of
+  ``protocol_sweep``: the cells a suite runs), the preset's alone without a sweep. What their data need is
+  ``tasks.plan``'s."""
+  return [load_config(protocol, task, list(sets)) for sets, _ in sweep_points(protocol_sweep(protocol, task))]
+
+
 def apply_settings(config: ml_collections.ConfigDict, settings: dict[str, Any]) -> None:
   """Sets dotted ``key: value`` pairs on an unlocked config (new keys only below ``OPEN_SECTIONS`` and
   the ``OPTIONAL_KEYS``, so a preset that needs one leaves the other cells' configs unchanged)."""
@@ -197,7 +224,6 @@ def apply_settings(config: ml_collections.ConfigDict, settings: dict[str, Any]) 
 
 # Ranges of the numeric keys: (key, kind, low, high, what). ``int`` keys take Python ints only (True is
 # not a batch size); ``float`` keys take ints or floats, finite. ``closed`` bounds are allowed values.
-INT, FLOAT = "an integer", "a number"
 NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
     ("seed", INT, 0, MAX_SEED, "in [0, 2**31 - 1]"),
     ("batch_size", INT, 1, None, ">= 1"),
@@ -254,29 +280,28 @@ OPTIONAL_KEYS: dict[str, type] = {
     "data.pipeline": str,
     "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float, "optimizer.cosine_floor": float,
 }
-# Sections a protocol's config leaves out, with the type of each key: a ``--set`` of one of their keys
-# adds the section, and ``complete_optional_sections`` fills in the keys not given (so the configs and
-# hashes of the runs without them are unchanged). ``pretrain``: the self-pretraining stage
-# (``lra_bench.training.pretrain``; ``--pretrain masked`` is ``--set pretrain.objective=masked``).
-OPTIONAL_SECTIONS: dict[str, dict[str, type]] = {
-    "pretrain": {"objective": str, "mask_rate": float, "num_train_steps": int},
-}
+
+
+def optional_sections() -> dict[str, dict[str, type]]:
+  """Sections a protocol's config leaves out, with the type of each key, as their owners declare them (the
+  objectives' ``SECTIONS``: ``pretrain``, the self-pretraining run): a ``--set`` of one of their keys adds the
+  section, and ``complete_optional_sections`` fills in the keys not given (so the configs and hashes of the
+  runs without them are unchanged)."""
+  from lra_bench.training import objectives  # jax: imported here so that loading this module stays light
+
+  return objectives.SECTIONS
 
 
 def complete_optional_sections(config: ml_collections.ConfigDict) -> None:
-  """Fills in the defaults of the optional sections an override added (``OPTIONAL_SECTIONS``); the
-  ``pretrain`` section is removed when its objective is ``none`` (a run from scratch has no section, so
-  ``--pretrain none`` is the preset itself)."""
-  if "pretrain" in config:
-    _complete_pretrain(config)
+  """Fills in the defaults of the optional sections an override added, by their owners (``objectives.complete``:
+  a ``pretrain`` section of objective ``none`` is removed, so ``--pretrain none`` is the preset itself)."""
+  from lra_bench.training import objectives
+
+  objectives.complete(config)
 
 
 # data.options values that are counts: 0 = no limit
 OPTION_RANGES = {"limit": (0, None), "contour_length": (1, None), "split_seed": (0, MAX_SEED)}
-
-
-def fail(key: str, value: Any, allowed: str) -> None:
-  raise ConfigError(f"{key}={value!r} is not allowed; expected {allowed}")
 
 
 def _lookup(config: ml_collections.ConfigDict, key: str) -> tuple[bool, Any]:
@@ -286,27 +311,6 @@ def _lookup(config: ml_collections.ConfigDict, key: str) -> tuple[bool, Any]:
       return False, None
     node = node[part]
   return True, node
-
-
-def check_number(key: str, value: Any, kind: str, low: float, high: float | None, allowed: str,
-                 open_low: bool = False, open_high: bool = False) -> None:
-  """Raises ConfigError unless ``value`` is ``kind`` (an int; or an int/float) within the bounds."""
-  expected = f"{kind} {allowed}".strip()
-  numeric = (int,) if kind == INT else (int, float)
-  if isinstance(value, bool) or not isinstance(value, numeric):
-    fail(key, value, expected)
-  if kind == FLOAT and not math.isfinite(value):
-    fail(key, value, expected)
-  if value < low or (open_low and value == low):
-    fail(key, value, expected)
-  if high is not None and (value > high or (open_high and value == high)):
-    fail(key, value, expected)
-
-
-def check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
-  choices = tuple(choices)
-  if value not in choices:
-    fail(key, value, f"one of {', '.join(choices)}")
 
 
 def _check_keywords(key: str, given: Iterable[str], function: Callable[..., Any], skip: Iterable[str]) -> None:
@@ -335,7 +339,7 @@ def validate_prepare(options: dict[str, Any], where: str = "data.prepare") -> No
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Every check that needs no devices, so a bad value fails before start-up, never after an hour."""
-  from lra_bench.training import parallel  # jax; imported here so that loading this module stays light
+  from lra_bench.training import objectives, parallel  # jax: imported here so that loading this module stays light
 
   for key, kind, low, high, allowed in NUMERIC_KEYS:
     present, value = _lookup(config, key)
@@ -361,25 +365,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _validate_names(config)
   _validate_data(config)
   _validate_attention(config)
-  _validate_objective(config)
-  if "pretrain" in config:
-    _validate_pretrain(config)
-
-
-def _validate_objective(config: ml_collections.ConfigDict) -> None:
-  """A next-token task needs a causal model over token inputs without a prepended CLS vector (its label
-  positions index the inputs)."""
-  task = tasks_lib.get_task(config.task)
-  if task.objective != "next_token":
-    return
-  if config.model.attention_kwargs.get("causal") is not True:
-    fail("model.attention_kwargs.causal", config.model.attention_kwargs.get("causal"),
-         f"True: task {config.task!r} predicts the next token, so the attention must be causal")
-  if config.model.pooling == "CLS":
-    fail("model.pooling", "CLS", f"MEAN, SUM or MAX (unused): task {config.task!r} reads the outputs at its "
-         "label positions, and a prepended CLS vector would shift them")
-  if config.model.input_kind != "tokens":
-    fail("model.input_kind", config.model.input_kind, f"'tokens' for task {config.task!r}")
+  objectives.validate(config)  # each objective the run trains checks its own settings and section
 
 
 def _validate_attention(config: ml_collections.ConfigDict) -> None:
@@ -461,106 +447,3 @@ def _validate_data(config: ml_collections.ConfigDict) -> None:
 def config_hash(config: ml_collections.ConfigDict) -> str:
   """Stable short hash of the whole config (what makes two runs comparable)."""
   return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
-
-
-def causal_form_problem(config: ml_collections.ConfigDict) -> str | None:
-  """Why ``config``'s attention cannot run as configured causal (its ``causal=True`` raises
-  ``NotImplementedError`` when traced at the config's shapes), else None (also when it is not causal).
-
-  Traced with ``jax.eval_shape``, never compiled: milliseconds per core.
-  """
-  kwargs = config.model.attention_kwargs.to_dict()
-  if kwargs.get("causal") is not True:
-    return None
-  import jax
-  import jax.numpy as jnp
-
-  from lra_bench.training import models  # flax: imported here so that loading this module stays light
-
-  keys = {name: jax.random.PRNGKey(i) for i, name in enumerate(("params", "dropout", "attention"))}
-  x = jax.ShapeDtypeStruct((1, config.data.max_length, config.model.emb_dim), jnp.float32)
-  mask = jax.ShapeDtypeStruct((1, config.data.max_length), jnp.bool_)
-  block = models.EncoderBlock(config.model)  # the encoder's sequence layer, built by its one factory
-  init = lambda x, m: block.init(keys, x, m, deterministic=True)
-  args = (x, mask)
-  try:
-    jax.eval_shape(init, *args)
-  except NotImplementedError as err:
-    return str(err).split("\n")[0]
-  return None
-
-
-# The self-pretraining section (``lra_bench.training.pretrain`` runs it).
-PRETRAIN_OBJECTIVES = ("masked", "causal")
-# The paper's masking rates (Section 3; their configs' ``mlm_prob``).
-MASK_RATES = {"listops": 0.10, "text": 0.15, "retrieval": 0.15, "image": 0.50, "pathfinder": 0.50, "pathx": 0.50}
-DEFAULT_MASK_RATE = 0.15  # a task the paper did not run
-
-
-def _complete_pretrain(config: ml_collections.ConfigDict) -> None:
-  """Fills in the ``pretrain`` section's defaults (``lra_bench.training.pretrain``'s docstring); removes
-  it for objective ``none``."""
-  section = config.pretrain
-  objective = section.get("objective", "masked")
-  with config.unlocked():
-    if objective == "none":
-      given = sorted(set(section.keys()) - {"objective"})
-      if given:
-        raise ConfigError(f"pretrain.objective='none' (from scratch) takes no other pretrain key; got "
-                          f"pretrain.{given[0]}")
-      del config["pretrain"]
-      return
-  with section.unlocked():
-    section.objective = objective
-    if objective == "masked" and "mask_rate" not in section:
-      section.mask_rate = MASK_RATES.get(config.task, DEFAULT_MASK_RATE)
-    if "num_train_steps" not in section:
-      section.num_train_steps = config.num_train_steps
-
-
-def _validate_pretrain(config: ml_collections.ConfigDict) -> None:
-  """Raises ConfigError (one line: the key, the value, what is allowed) unless ``config.pretrain`` can run."""
-  section = config.pretrain
-  objective = section.objective
-  if objective not in PRETRAIN_OBJECTIVES:
-    fail("pretrain.objective", objective, f"one of none, {', '.join(PRETRAIN_OBJECTIVES)}")
-  task = tasks_lib.get_task(config.task)
-  if task.objective != "classification":
-    fail("pretrain.objective", objective, f"none: task {config.task!r} is itself next-token prediction, "
-         "there is no classifier to fine-tune")
-  check_number("pretrain.num_train_steps", section.num_train_steps, INT, 1, None, ">= 1")
-  if objective == "masked":
-    check_number("pretrain.mask_rate", section.mask_rate, FLOAT, 0.0, 1.0, "in (0, 1)", open_low=True,
-                 open_high=True)
-    return
-  if "mask_rate" in section:
-    fail("pretrain.mask_rate", section.mask_rate, "no value: causal pretraining masks nothing")
-  name = config.model.attention
-  if config.model.attention_kwargs.get("causal") is not True:
-    problem = _causal_form_problem(config, force=True)
-    if problem:
-      raise ConfigError(f"{name!r} has no causal form, so it cannot do causal SPT ({problem}); use "
-                        "--pretrain masked")
-    fail("model.attention_kwargs.causal", config.model.attention_kwargs.get("causal"),
-         "True: causal SPT trains a causal model (add --set model.attention_kwargs.causal=True), or use "
-         "--pretrain masked")
-  problem = _causal_form_problem(config)
-  if problem:
-    raise ConfigError(f"{name!r} has no causal form, so it cannot do causal SPT ({problem}); use "
-                      "--pretrain masked")
-  if config.model.pooling == "CLS":
-    fail("model.pooling", "CLS", "MEAN, SUM or MAX with causal SPT: the CLS vector is the first position, "
-         "so a causal model gives it nothing of the sequence")
-
-
-def _causal_form_problem(config: ml_collections.ConfigDict, force: bool = False) -> str | None:
-  """Why the config's layer cannot run causal (None if it can); ``force``: as if it were set causal."""
-  if force:
-    config = ml_collections.ConfigDict(config.to_dict())
-    try:
-      attention_zoo.layer_config(config.model.attention, **{**config.model.attention_kwargs.to_dict(),
-                                                            "causal": True})
-    except (TypeError, ValueError) as err:
-      return str(err).splitlines()[0]
-    config.model.attention_kwargs.causal = True
-  return causal_form_problem(config)

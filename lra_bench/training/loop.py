@@ -1,8 +1,9 @@
 """Train one config: data, model, mesh, compiled steps, the loop, evaluation, checkpoints, measurements.
 
-``train_and_evaluate(config, workdir, data_dir)`` returns the run's measurements (a flat dict); it knows
-nothing about records, suites or failure policies (``lra_bench.experiments.cell`` turns its outcome,
-or its exception, into a record).
+``train_and_evaluate(config, workdir, data_dir, objective=...)`` returns the run's measurements (a flat
+dict); it knows nothing about records, suites or failure policies (``lra_bench.experiments.cell`` turns its
+outcome, or its exception, into a record). What it trains for is its objective's (``training.objectives``:
+the model, the batch transform, the loss and metric terms; by default the task's own objective).
 
 The train step is compiled ahead of time (``place_and_compile``), so compile time, XLA FLOPs and
 compiled memory are measured apart from the steps. Every ``eval_every`` steps the validation split is
@@ -39,8 +40,9 @@ import attention_zoo
 import tasks as tasks_lib
 from lra_bench import files
 from lra_bench.errors import UserError
+from lra_bench.training import objectives as objectives_lib
 from lra_bench.training import optim, parallel, pretrain, steps, xla_stats
-from lra_bench.training.checkpoints import Checkpoints
+from lra_bench.training.checkpoints import Checkpoints, iterator_checkpoint
 
 
 class TrainingError(UserError, RuntimeError):
@@ -137,26 +139,28 @@ class Placed:
   eval_step: Any    # jitted (params, model_state, global batch) -> sums
 
 
-def place(config: ml_collections.ConfigDict, model, tx: optax.GradientTransformation, mesh,
-          example: dict[str, np.ndarray], prepare=None, prepare_key=None, num_classes: int = 0) -> Placed:
-  """Creates the state on ``mesh`` (``config.param_sharding``) and jits both steps with its shardings.
+def place(config: ml_collections.ConfigDict, objective: objectives_lib.Objective, model,
+          tx: optax.GradientTransformation, mesh, example: dict[str, np.ndarray],
+          vocab_size: int | None = None) -> Placed:
+  """Creates the state of ``model`` on ``mesh`` (``config.param_sharding``) and jits both steps with its
+  shardings and ``objective``'s terms, batch transform (with its evaluation key) and per-class counts.
 
-  ``example`` is any batch of the right per-example shapes (only its shapes are used). ``prepare`` /
-  ``prepare_key``: the batch transform of both steps (``steps.train_step``; the pretraining stage's).
-  ``num_classes``: the evaluation's per-class counts (``steps.eval_step``; a macro-metric task).
+  ``example`` is any batch of the right per-example shapes (only its shapes are used); ``vocab_size``: the
+  data's, where it decides it (``Examples.vocab_size``).
   """
+  prepare, prepare_key = objective.batch_transform(vocab_size), objective.eval_key()
   shardings_of = functools.partial(parallel.state_shardings, mesh=mesh, param_sharding=config.param_sharding)
   if prepare is not None:  # the model is initialised with the batches it will see
     example = jax.tree.map(np.asarray, jax.jit(prepare)(example, prepare_key))
   state = steps.init_state(config, model, tx, example, shardings=shardings_of)
   state_shardings = shardings_of(state)
   data, replicated = parallel.batch_sharding(mesh), parallel.replicated(mesh)
-  train_fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx,
+  train_fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx, terms=objective.terms,
                                        accumulate_steps=config.accumulate_steps, prepare=prepare),
                      in_shardings=(state_shardings, data), out_shardings=(state_shardings, replicated),
                      donate_argnums=0)
-  eval_fn = jax.jit(functools.partial(steps.eval_step, model=model, prepare=prepare, prepare_key=prepare_key,
-                                      num_classes=num_classes),
+  eval_fn = jax.jit(functools.partial(steps.eval_step, model=model, terms=objective.terms, prepare=prepare,
+                                      prepare_key=prepare_key, num_classes=objective.macro_classes(vocab_size)),
                     in_shardings=(state_shardings.params, state_shardings.model_state, data),
                     out_shardings=replicated)
   return Placed(mesh, state, state_shardings, train_fn, eval_fn)
@@ -231,8 +235,8 @@ class Data:
   @classmethod
   def load(cls, config: ml_collections.ConfigDict, task: tasks_lib.Task, data_dir: str,
            local_batch_size: int, indexed: bool = False) -> "Data":
-    """``indexed``: each example also carries ``index``, its position in its split (the pretraining
-    stage's masks are keyed by it)."""
+    """``indexed``: each example also carries ``index``, its position in its split (an objective whose
+    batch transform keys by it, ``Objective.indexed``)."""
     options = dict(config.data.options)
     if config.model.get("input_kind", "tokens") == "pixels":
       options["input_kind"] = "pixels"  # one knob: the model's input kind picks the task's inputs
@@ -316,14 +320,16 @@ class Run:
   """The state of one training run between its steps (see the module docstring)."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, data_dir: str, devices=None, *,
-               stage: str = "train", init_from=None, stop: StopFlag | None = None):
-    """``stage``: ``train`` (the task's model) or ``pretrain`` (the self-pretraining model and batches,
-    ``pretrain``); ``init_from()``: the pretrained ``{params, model_state}`` a fresh ``train`` run starts
-    its encoder from (``init_from(run)``: called with this run once its data are loaded; not called when
-    the run resumes its own checkpoint). ``stop``: the Ctrl-C flag, when the caller installed one before
-    creating the run (``train_and_evaluate``); ``train`` installs it (or a fresh one) while it steps."""
+               objective: objectives_lib.Objective | None = None, init_from=None, stop: StopFlag | None = None):
+    """``objective``: what the run trains for (``objectives.select(config, phase)``; default: the task's
+    own, ``objectives.TRAIN``): its model, batches and terms. ``init_from()``: the pretrained ``{params,
+    model_state}`` a fresh run starts its encoder from (``init_from(run)``: called with this run once its
+    data are loaded; not called when the run resumes its own checkpoint). ``stop``: the Ctrl-C flag, when
+    the caller installed one before creating the run (``train_and_evaluate``); ``train`` installs it (or a
+    fresh one) while it steps."""
     self.stop = stop if stop is not None else StopFlag()
-    self.config, self.wall_start, self.stage = config, time.perf_counter(), stage
+    self.objective = objective if objective is not None else objectives_lib.select(config, objectives_lib.TRAIN)
+    self.config, self.wall_start = config, time.perf_counter()
     workdir, data_dir = files.absolute(workdir), files.absolute(data_dir)
     self.mesh = parallel.make_mesh(devices)
     self.layout = parallel.batch_split(config.batch_size, config.accumulate_steps, self.mesh.size,
@@ -333,18 +339,11 @@ class Run:
     self.checkpoints.check_config()  # refuse another config's checkpoints before loading any data
     task = tasks_lib.get_task(config.task)
     self.data = Data.load(config, task, data_dir, self.layout["per_process_batch_size"],
-                          indexed=stage == "pretrain")
+                          indexed=self.objective.indexed)
     vocab_size = self.data.examples["train"].vocab_size
-    if stage == "pretrain":
-      model = pretrain.create_model(config, task, vocab_size)
-      prepare, prepare_key = pretrain.batch_preparer(config, task, vocab_size), pretrain.eval_key(config)
-    else:
-      model, prepare, prepare_key = steps.create_model(config, task, vocab_size), None, None
-    # A macro-metric task (MAD's recall) counts per class; the classes are the model's outputs.
-    num_classes = (vocab_size or task.vocab_size) if task.metric == "macro" and stage == "train" else 0
-    self.placed = place(config, model, optim.make_optimizer(config.optimizer), self.mesh,
-                        steps.example_batch(self.data.train.element_spec, 2), prepare, prepare_key,
-                        num_classes=num_classes)
+    self.placed = place(config, self.objective, self.objective.create_model(vocab_size),
+                        optim.make_optimizer(config.optimizer), self.mesh,
+                        steps.example_batch(self.data.train.element_spec, 2), vocab_size)
     self.state = self.placed.state
     self.saved_step = 0  # the step of the last committed checkpoint (what a rerun resumes from)
     self.num_params = int(sum(x.size for x in jax.tree.leaves(self.state.params)))
@@ -352,7 +351,7 @@ class Run:
     logging.info("model has %d parameters", self.num_params)
     self.to_global = functools.partial(parallel.global_batch, mesh=self.mesh)
     self.train_iter = iter(self.data.train)
-    self.iterator_ckpt = tasks_lib.base.iterator_checkpoint(self.train_iter)
+    self.iterator_ckpt = iterator_checkpoint(self.train_iter)
     self.progress = {"best_val_accuracy": -1.0, "best_step": 0, "train_seconds": 0.0, "timed_steps": 0,
                      "wall_seconds": 0.0}
     self._resume()
@@ -626,16 +625,16 @@ def _summary_writer(workdir: str) -> ScalarWriter | None:
     return None
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir: str,
-                       devices=None, *, stage: str = "train", init_from=None) -> dict[str, Any]:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, data_dir: str, devices=None, *,
+                       objective: objectives_lib.Objective | None = None, init_from=None) -> dict[str, Any]:
   """Trains ``config`` in ``workdir`` (resuming if a checkpoint is there); returns its measurements.
 
   Data-parallel over ``devices`` (default: every device of every process; see ``parallel``). ``config``
-  comes from ``config.load_config``, which validated it. ``stage`` / ``init_from``: ``Run``'s (the
-  self-pretraining stages, ``lra_bench.experiments.cell``).
+  comes from ``config.load_config``, which validated it. ``objective`` / ``init_from``: ``Run``'s (the
+  self-pretraining's two runs: ``lra_bench.experiments.cell``).
   """
   stop = StopFlag()
   with stop.installed():  # from the start: a Ctrl-C while the run sets up is kept (StopFlag)
-    run = Run(config, workdir, data_dir, devices, stage=stage, init_from=init_from, stop=stop)
+    run = Run(config, workdir, data_dir, devices, objective=objective, init_from=init_from, stop=stop)
     run.train()
   return run.test()

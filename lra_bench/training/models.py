@@ -248,6 +248,23 @@ def check_layer_output(name: str, out: Any, x: jax.Array) -> None:
                 "a sequence layer must return [B, L, E]", "its input's dtype", name)
 
 
+def causal_form_problem(config) -> str | None:
+  """Why the layer of a run ``config`` cannot run as configured causal (its ``causal=True`` raises
+  ``NotImplementedError`` when the block its factory builds is traced at the config's shapes), else None
+  (also when it is not causal). Traced with ``jax.eval_shape``, never compiled: milliseconds per layer."""
+  if config.model.attention_kwargs.to_dict().get("causal") is not True:
+    return None
+  keys = {name: jax.random.PRNGKey(i) for i, name in enumerate(("params", "dropout", "attention"))}
+  x = jax.ShapeDtypeStruct((1, config.data.max_length, config.model.emb_dim), jnp.float32)
+  mask = jax.ShapeDtypeStruct((1, config.data.max_length), jnp.bool_)
+  block = EncoderBlock(config.model)
+  try:
+    jax.eval_shape(lambda x, m: block.init(keys, x, m, deterministic=True), x, mask)
+  except NotImplementedError as err:
+    return str(err).split("\n")[0]
+  return None
+
+
 class Encoder(nn.Module):
   """Inputs [B, T] -> (features [B, T', E], mask [B, T']) with T' = T + 1 when a CLS is prepended.
 
@@ -377,21 +394,19 @@ class LanguageModel(nn.Module):
 
 
 class Pretrainer(nn.Module):
-  """The self-pretraining model (``lra_bench.training.pretrain``): the classifier's encoder (the same
-  ``encoder`` parameters, so fine-tuning starts from them) with a prediction head at every position
-  instead of pooling and classifying.
+  """The self-pretraining model (``lra_bench.training.objectives``: masked and causal pretraining): the
+  classifier's encoder (the same ``encoder`` parameters, so fine-tuning starts from them) with a prediction
+  head at every position instead of pooling and classifying.
 
   Token inputs: logits [B, T, V] over the task's vocabulary (``vocab_size``; the encoder's embedding has
-  one more row, the mask id ``vocab_size``). Float pixels: one value per position [B, T] (the L1
-  regression of the masked, or next, pixel); ``pixel_tolerance`` (> 0) is half an intensity level in the
-  input's units, the "correct" of its accuracy. Two-input tasks: both documents, outputs concatenated
-  along the length. A prepended CLS vector's output is dropped (it predicts nothing).
+  one more row, the mask id ``vocab_size``). Float pixels: one value per position [B, T] (the regression
+  of the masked, or next, pixel). Two-input tasks: both documents, outputs concatenated along the length.
+  A prepended CLS vector's output is dropped (it predicts nothing).
   """
 
   config: Any
   vocab_size: int
   dual_input: bool = False
-  pixel_tolerance: float = 0.0
   dtype: Any = jnp.float32
 
   @nn.compact

@@ -36,9 +36,8 @@ def capture_core_calls(args: argparse.Namespace, attention: str, core_class: typ
   """(config, checkpoint step, [grab(module, call_args, call_kwargs) for every core call, in order])."""
   import flax.linen as nn
 
-  import tasks as tasks_lib
   from lra_bench.training import config as config_lib
-  from lra_bench.training import loop, steps
+  from lra_bench.training import loop
 
   cfg = config_lib.load_config(args.protocol, args.task, args.set, attention=attention)
   captured = []
@@ -55,7 +54,7 @@ def capture_core_calls(args: argparse.Namespace, attention: str, core_class: typ
         captured.append(grab(context.module, call_args, call_kwargs))
       return next_fun(*call_args, **call_kwargs)
 
-    model = steps.create_model(cfg, tasks_lib.get_task(cfg.task), run.data.examples["train"].vocab_size)
+    model = run.objective.create_model(run.data.examples["train"].vocab_size)
     with nn.intercept_methods(interceptor):
       model.apply({"params": run.state.params, **run.state.model_state}, batch, deterministic=True)
   return cfg, run.saved_step, captured

@@ -1,15 +1,19 @@
-"""The pure train and eval steps (jitted at the call site), the model and the initial train state.
+"""The pure train and eval steps (jitted at the call site) and the initial train state.
+
+What a step minimises and counts is its objective's (``training.objectives``): both steps take the objective's
+``terms(outputs, batch) -> (loss, correct, weight)`` per label slot and, where it has one, its batch transform
+``prepare``; the model is whatever the objective built. A step never looks at the model to choose a loss.
 
 Auxiliary losses: an attention core (or any module of the model) may ``self.sow("losses", name, scalar)``;
 the train step applies the model with the ``losses`` collection mutable and adds the sum of every sown
-value to the cross-entropy it differentiates (nothing sown: exactly the cross-entropy). The sown values
+value to the objective's loss it differentiates (nothing sown: exactly that loss). The sown values
 are per-call outputs, never state: they are dropped after the step. Other non-trainable collections
 (e.g. the EMA centroids of ``combiner_learnable``) are ``TrainState.model_state`` and are carried.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import flax
 import flax.linen as nn
@@ -19,8 +23,7 @@ import ml_collections
 import numpy as np
 import optax
 
-import tasks as tasks_lib
-from lra_bench.training import models, xla_stats
+from lra_bench.training import xla_stats
 
 AUX_LOSSES = "losses"  # the flax collection auxiliary losses are sown into
 PREPARE_STREAM = 1 << 20  # fold_in of a step's key that ``prepare`` draws from (dropout uses the key itself)
@@ -39,51 +42,13 @@ def _variables(params, model_state):
   return {"params": params, **model_state}
 
 
-def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
-  return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+# (outputs, batch) -> (loss, correct, weight) per label slot: an objective's ``terms``
+Terms = Callable[[jax.Array, dict[str, jax.Array]], tuple[jax.Array, jax.Array, jax.Array]]
 
 
-def labelled(targets: jax.Array) -> jax.Array:
-  """float32 1 where ``targets`` holds a label: every example of a classification batch ([B]); the
-  slots ``>= 0`` of a next-token batch ([B, Q]; ``tasks.base.IGNORE`` marks an unused slot)."""
-  return (targets >= 0).astype(jnp.float32)
-
-
-def per_label(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(cross-entropy, correct, weight) per label slot, shaped like ``targets``; unused slots weigh 0
-  (their target is replaced by 0 so the cross-entropy stays finite, then weighted out)."""
-  weight = labelled(targets)
-  safe = jnp.where(targets >= 0, targets, 0)
-  correct = (jnp.argmax(logits, -1) == safe).astype(jnp.float32)
-  return cross_entropy(logits, safe), correct, weight
-
-
-def regression_terms(predictions: jax.Array, batch: dict[str, jax.Array], tolerance: float):
-  """(L1 error, correct, weight) per slot of a regression batch: ``targets`` float values,
-  ``target_weights`` 1 where a slot is labelled (a masked pixel); correct: within ``tolerance`` (half an
-  intensity level in the model's input units)."""
-  error = jnp.abs(predictions.astype(jnp.float32) - batch["targets"])
-  return error, (error < tolerance).astype(jnp.float32), batch["target_weights"]
-
-
-def label_terms(model: nn.Module, outputs: jax.Array, batch: dict[str, jax.Array]):
-  """(loss, correct, weight) per label slot of ``batch``: ``per_label`` (cross-entropy over classes or
-  tokens), or, for a model that regresses pixel values (``model.pixel_tolerance > 0``: the pretraining
-  model on float pixels), ``regression_terms``."""
-  tolerance = getattr(model, "pixel_tolerance", 0.0)
-  if tolerance:
-    return regression_terms(outputs, batch, tolerance)
-  return per_label(outputs, batch["targets"])
-
-
-def mean_loss_and_accuracy(logits: jax.Array, targets: jax.Array, *, model: nn.Module | None = None,
-                           batch: dict[str, jax.Array] | None = None) -> tuple[jax.Array, jax.Array]:
-  """Mean cross-entropy and accuracy over the labels of a batch (classification: over its examples;
-  next-token and masked-token: over its labelled slots, as Zoology's token-level mean)."""
-  if model is not None:
-    loss, correct, weight = label_terms(model, logits, batch)
-  else:
-    loss, correct, weight = per_label(logits, targets)
+def mean_loss_and_accuracy(loss: jax.Array, correct: jax.Array, weight: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Mean loss and accuracy over the labels of a batch, from its per-slot terms (classification: over its
+  examples; next-token and pretraining: over its labelled slots, as Zoology's token-level mean)."""
   total = jnp.maximum(jnp.sum(weight), 1.0)
   return jnp.sum(loss * weight) / total, jnp.sum(correct * weight) / total
 
@@ -110,13 +75,14 @@ def _micro_batches(batch: dict[str, jax.Array], accumulate_steps: int) -> dict[s
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Module,
-               tx: optax.GradientTransformation, accumulate_steps: int = 1,
+               tx: optax.GradientTransformation, terms: Terms, accumulate_steps: int = 1,
                prepare=None) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer step on ``batch``; dropout/attention randomness from fold_in(state.rng, step).
 
-  ``prepare(batch, key)``: a pure transform of the batch before the model sees it, with its own key
-  (fold_in(key of the step, 1 << 20)): the self-pretraining stage masks the inputs and replaces the
-  targets there (``lra_bench.training.pretrain``).
+  ``terms``: the objective's (loss, correct, weight) per label slot of the model's outputs; the step
+  differentiates their weighted mean (``mean_loss_and_accuracy``). ``prepare(batch, key)``: the objective's
+  pure transform of the batch before the model sees it, with its own key (fold_in(key of the step, 1 << 20)):
+  the self-pretraining objectives mask or shift the inputs and replace the targets there.
 
   With ``accumulate_steps = A > 1`` the batch is A equal micro-batches (``_micro_batches``) run one
   after another in a ``lax.scan`` (so only one micro-batch's activations are alive); their mean
@@ -135,8 +101,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Modu
       logits, updated = model.apply(_variables(params, model_state), micro_batch, deterministic=False,
                                     rngs={"dropout": dropout_rng, "attention": attention_rng},
                                     mutable=mutable)
-      task_loss, accuracy = mean_loss_and_accuracy(logits, micro_batch["targets"], model=model,
-                                                   batch=micro_batch)
+      task_loss, accuracy = mean_loss_and_accuracy(*terms(logits, micro_batch))
       loss = with_aux_losses(task_loss, updated)
       return loss, (accuracy, {name: updated[name] for name in model_state})
 
@@ -169,19 +134,19 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: nn.Modu
   return new_state, metrics
 
 
-def eval_step(params, model_state, batch: dict[str, jax.Array], *, model: nn.Module,
+def eval_step(params, model_state, batch: dict[str, jax.Array], *, model: nn.Module, terms: Terms,
               prepare=None, prepare_key=None, num_classes: int = 0) -> dict[str, jax.Array]:
   """Sums over the real examples of ``batch`` (``weights`` [B] marks them): loss, correct and count over
-  their labels (one per example in classification; the labelled slots in next-token tasks and in
-  pretraining), and ``examples``. ``prepare``: as ``train_step``'s, with the fixed key ``prepare_key``
-  (every evaluation masks an example the same way). ``num_classes > 0`` (a task whose metric is
-  ``macro``) adds per-class counts over the labels: ``class_labels`` (labels of the class),
+  their labels (the objective's ``terms``: one per example in classification; the labelled slots in
+  next-token tasks and in pretraining), and ``examples``. ``prepare``: as ``train_step``'s, with the fixed
+  key ``prepare_key`` (every evaluation masks an example the same way). ``num_classes > 0`` (a task whose
+  metric is ``macro``) adds per-class counts over the labels: ``class_labels`` (labels of the class),
   ``class_predicted`` (predictions of it) and ``class_correct`` (both), float32 [num_classes]."""
   if prepare is not None:
     batch = prepare(batch, prepare_key)
   logits = model.apply(_variables(params, model_state), batch, deterministic=True)
   weights = batch["weights"]
-  ce, correct, weight = label_terms(model, logits, batch)
+  ce, correct, weight = terms(logits, batch)
   weight = weight * weights.reshape(weights.shape + (1,) * (weight.ndim - 1))
   sums = {"loss": jnp.sum(ce * weight), "correct": jnp.sum(correct * weight), "count": jnp.sum(weight),
           "examples": jnp.sum(weights)}
@@ -197,17 +162,6 @@ def eval_step(params, model_state, batch: dict[str, jax.Array], *, model: nn.Mod
 def compute_dtype(config: ml_collections.ConfigDict):
   """Activation/matmul dtype of ``config.precision`` (parameters, softmax, norms and loss stay float32)."""
   return jnp.dtype(config.precision)
-
-
-def create_model(config: ml_collections.ConfigDict, task: tasks_lib.Task,
-                 vocab_size: int | None = None) -> nn.Module:
-  """The task's model: ``Classifier`` (classification) or ``LanguageModel`` (next-token); ``vocab_size``
-  is the data's (``Examples.vocab_size``) where the data decides it, else the task's."""
-  vocab_size = vocab_size or task.vocab_size
-  if task.objective == "next_token":
-    return models.LanguageModel(config.model, vocab_size, dtype=compute_dtype(config))
-  return models.Classifier(config.model, vocab_size, task.num_classes, task.dual_input,
-                           dtype=compute_dtype(config))
 
 
 def example_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
