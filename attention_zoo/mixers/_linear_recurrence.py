@@ -296,6 +296,19 @@ def _unchunk(z, length):
   return z[:, :, :length]
 
 
+def _unit_lower_solve(lower: jax.Array, rhs: jax.Array) -> jax.Array:
+  """(I + A)^-1 rhs for A [..., C, C] strictly lower triangular, by matmuls only: A is nilpotent (A^C = 0), so
+  (I + A)^-1 = (I - A)(I + A^2)(I + A^4)... over ceil(log2 C) factors, exactly. Used instead of
+  ``jax.scipy.linalg.solve_triangular``, whose CPU custom call hung inside the harness's compiled train and
+  benchmark steps (an XLA CPU deadlock, all threads asleep; the token loop ran) and is a sequential
+  substitution on accelerators; the products are the matmul-rich form fla's UT transform also uses."""
+  power, out = -lower, rhs
+  for _ in range(max(1, (lower.shape[-1] - 1).bit_length())):
+    out = out + power @ out
+    power = power @ power
+  return out
+
+
 def _chunk(x, read, chunk_size, sub_chunk_size):
   """The chunked-parallel form of ``_recurrent`` (same arguments and results); module docstring, "chunk"."""
   y, size, sub, length = _chunk_layout(x, chunk_size, sub_chunk_size)
@@ -319,7 +332,7 @@ def _chunk(x, read, chunk_size, sub_chunk_size):
     beta = y["beta"]
     lkk = beta[..., :, None] * gram(k, k, False, True)
     rhs = jnp.concatenate([beta[..., None] * v, beta[..., None] * dec(k, gi)], axis=-1)
-    w = jax.scipy.linalg.solve_triangular(eye_c + lkk, rhs, lower=True, unit_diagonal=True)
+    w = _unit_lower_solve(lkk, rhs)
     w1, w2 = w[..., : v.shape[-1]], w[..., v.shape[-1] :]               # U = W1 - W2 S_0
     att = gram(q, k, excl, strict)
     o1 = att @ w1
@@ -331,7 +344,7 @@ def _chunk(x, read, chunk_size, sub_chunk_size):
     lba = gram(b, a, True, True)
     lbk = gram(b, k, True, True)
     rhs = jnp.concatenate([lbk @ v, dec(b, gi - g)], axis=-1)
-    w = jax.scipy.linalg.solve_triangular(eye_c - lba, rhs, lower=True, unit_diagonal=True)
+    w = _unit_lower_solve(-lba, rhs)
     wb, wa = w[..., : v.shape[-1]], w[..., v.shape[-1] :]               # b_t^T S_{t-1} = Wb + Wa S_0
     aqa = gram(q, a, excl, strict)
     o1 = aqa @ wb + gram(q, k, excl, strict) @ v
