@@ -326,7 +326,6 @@ def _chunk(x, read, chunk_size, sub_chunk_size):
   p = dec(q, gi - g if excl else gi)                                    # q_t exp(Gx_t)   [B, H, N, C, K]
   k_hat = dec(k, tail)                                                  # k_j exp(G_{C-1} - G_j)
   dk = q.shape[-1]
-  eye_c = jnp.eye(size, dtype=q.dtype)
   diag_m = lambda: (e_end[..., :, None] if vector else e_end[..., None, None]) * jnp.eye(dk, dtype=q.dtype)
   if "beta" in y:                                                       # delta rule, WY/UT form
     beta = y["beta"]
