@@ -3,7 +3,7 @@ transcription of fla's token-by-token reference (``fla/ops/gated_delta_rule/naiv
 ``naive_recurrent_gated_delta_rule``, with ``fla/ops/gated_delta_rule/gate.py`` ``naive_gdn_gate``) built from
 the module's own parameters, causal and bidirectional; mode "chunk" against mode "recurrent" (outputs and
 gradients); padding at the end and in the middle; causality; heads, initialisation and ``state_size``; the
-conformance kit. Shared numpy helpers: tests/test_mixer_deltanet.py."""
+conformance kit. Shared numpy pieces and checks: tests/mixer_forms.py."""
 
 from __future__ import annotations
 
@@ -13,14 +13,18 @@ import numpy as np
 import pytest
 
 import attention_zoo
-from attention_zoo.mixers import deltanet
-from tests.test_mixer_deltanet import (LENGTH, assert_close, backward_pass, check_causal, check_chunk_equals_recurrent,
-                                       check_conformance, check_padding, init, l2norm, make, params64,
-                                       random_rows, rmsnorm, short_conv, sigmoid, silu, softplus)
+from attention_zoo.mixers import _layer_common
+from tests import mixer_forms as forms
 
 NAME = "gated_deltanet"
 D = 16
+RTOL = 1e-9  # max |a − b| ≤ RTOL · max |b|
+LENGTH = forms.DELTA_LENGTH
 SMALL = {"num_heads": 2, "initializer_range": 0.5}  # 2 heads of K = 6, V = 12; O(1) activations
+
+
+def _agree(got, want):
+  forms.assert_within(got, want, RTOL)
 
 
 def naive_recurrent_gated_delta_rule(q, k, v, beta, g):
@@ -43,54 +47,51 @@ def naive_recurrent_gated_delta_rule(q, k, v, beta, g):
 
 def naive_gdn_gate(a, a_log, dt_bias):
   """fla/ops/gated_delta_rule/gate.py ``naive_gdn_gate``: −exp(A_log) · softplus(a + dt_bias)."""
-  return -np.exp(a_log) * softplus(a + dt_bias)
+  return -np.exp(a_log) * forms.softplus(a + dt_bias)
 
 
 def reference_gated_deltanet(p, x, causal, heads, eps=1e-5):
   """The Gated DeltaNet layer (fla/layers/gated_deltanet.py forward, use_gate) in numpy from the parameters."""
   bsz, length, _ = x.shape
-  q, k, v = (short_conv(x @ p[f"{n}_proj"]["kernel"], p[f"{n}_conv1d"]["kernel"]) for n in "qkv")
+  q, k, v = (forms.fla_short_conv(x @ p[f"{n}_proj"]["kernel"], p[f"{n}_conv1d"]["kernel"]) for n in "qkv")
   q, k, v = (u.reshape(bsz, length, heads, -1) for u in (q, k, v))
-  q, k = l2norm(q), l2norm(k)
-  beta = sigmoid(x @ p["b_proj"]["kernel"])
+  q, k = forms.l2norm(q), forms.l2norm(k)
+  beta = forms.sigmoid(x @ p["b_proj"]["kernel"])
   g = naive_gdn_gate(x @ p["a_proj"]["kernel"], p["ssm_A_log"], p["ssm_dt_bias"])
   o = naive_recurrent_gated_delta_rule(q, k, v, beta, g)
   if not causal:
-    o = o + backward_pass(q * q.shape[-1]**-0.5, k, v, beta, g)
+    o = o + forms.delta_rule_backward(q * q.shape[-1]**-0.5, k, v, beta, g)
   gate = (x @ p["g_proj"]["kernel"]).reshape(o.shape)
-  o = (rmsnorm(o, p["o_norm"], eps) * silu(gate)).reshape(bsz, length, -1)
+  o = (forms.rms_norm(o, p["o_norm"], eps) * forms.silu(gate)).reshape(bsz, length, -1)
   return o @ p["o_proj"]["kernel"]
 
 
 @pytest.mark.parametrize("mode", ["chunk", "recurrent"])
 def test_matches_fla_naive_reference(x64, mode):
-  x = random_rows(1, 2, LENGTH, D)
-  mask = np.ones((2, LENGTH), bool)
+  x = forms.rows(1, 2, LENGTH, D)
+  mask = jnp.ones((2, LENGTH), bool)
   for causal in (True, False):
-    module, apply = make(NAME, causal=causal, mode=mode, chunk_size=4, **SMALL)
-    variables = init(module, x, mask)
-    p = params64(variables)
+    module = attention_zoo.create_mixer(NAME, causal=causal, mode=mode, chunk_size=4, **SMALL)
+    variables = module.init(jax.random.key(0), jnp.asarray(x), mask)
+    p = forms.as64(variables["params"])
     assert p["q_proj"]["kernel"].shape == (D, 12) and p["v_proj"]["kernel"].shape == (D, 24)
-    out = apply(variables, jnp.asarray(x), jnp.asarray(mask))
+    out = module.apply(variables, jnp.asarray(x), mask)
     assert out.dtype == jnp.float64 and out.shape == x.shape
-    assert_close(out, reference_gated_deltanet(p, x, causal, heads=2))
+    _agree(out, reference_gated_deltanet(p, x, causal, heads=2))
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_chunk_equals_recurrent(x64, causal):
-  x = random_rows(2, 2, LENGTH, D)
-  mask = np.ones((2, LENGTH), bool)
-  mask[0, 9:] = False
-  check_chunk_equals_recurrent(NAME, x, mask, causal=causal, **SMALL)
+  forms.delta_chunk_equals_recurrent(NAME, causal, _agree, **SMALL)
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_padding_end_and_middle(x64, causal):
-  check_padding(NAME, causal, D, **SMALL)
+  forms.delta_padding_removed(NAME, causal, _agree, **SMALL)
 
 
 def test_causal(x64):
-  check_causal(NAME, D, **SMALL)
+  forms.delta_causal(NAME, **SMALL)
 
 
 def test_heads_state_size_and_init():
@@ -106,9 +107,9 @@ def test_heads_state_size_and_init():
   assert attention_zoo.mixer_config(NAME, use_short_conv=False).state_size(7, 512) == 2 * 192 * 384
   assert type(cfg).family == "linear-recurrent" and type(cfg).paper_name == "Gated DeltaNet"
   # A_log = log U[0, 16); dt_bias = softplus⁻¹(dt), dt log-uniform on [1e-3, 0.1] (Mamba-2's)
-  a = np.exp(np.asarray(deltanet.log_uniform_init(0.0, 16.0)(jax.random.key(0), (4000,))))
+  a = np.exp(np.asarray(_layer_common.log_uniform_init(0.0, 16.0)(jax.random.key(0), (4000,))))
   assert a.min() >= 0 and a.max() < 16 and abs(a.mean() - 8) < 0.5
-  dt = np.log1p(np.exp(np.asarray(deltanet.dt_bias_init(jax.random.key(1), (4000,)), np.float64)))
+  dt = np.log1p(np.exp(np.asarray(_layer_common.dt_bias_init()(jax.random.key(1), (4000,)), np.float64)))
   assert dt.min() >= 1e-3 * (1 - 1e-5) and dt.max() <= 0.1 * (1 + 1e-5)
   assert abs(np.log(dt).mean() - (np.log(1e-3) + np.log(0.1)) / 2) < 0.1
 
@@ -124,4 +125,4 @@ def test_ungated_option_traces():
 
 
 def test_conformance():
-  check_conformance(NAME)
+  forms.conformance(NAME)

@@ -2,22 +2,27 @@
 token-by-token reference (``fla/ops/kda/naive.py`` ``naive_recurrent_kda``, with ``fla/ops/kda/gate.py``
 ``naive_kda_gate``) built from the module's own parameters, causal and bidirectional; mode "chunk" against mode
 "recurrent" (outputs and gradients); padding at the end and in the middle; causality; heads, parameter shapes
-and ``state_size``; the conformance kit. Shared numpy helpers: tests/test_mixer_deltanet.py."""
+and ``state_size``; the conformance kit. Shared numpy pieces and checks: tests/mixer_forms.py."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import attention_zoo
-from tests.test_mixer_deltanet import (LENGTH, assert_close, backward_pass, check_causal, check_chunk_equals_recurrent,
-                                       check_conformance, check_padding, init, l2norm, make, params64,
-                                       random_rows, rmsnorm, short_conv, sigmoid, softplus)
+from tests import mixer_forms as forms
 
 NAME = "kda"
 D = 16
+RTOL = 1e-9  # max |a − b| ≤ RTOL · max |b|
+LENGTH = forms.DELTA_LENGTH
 SMALL = {"num_heads": 2, "initializer_range": 0.5}  # 2 heads of K = V = 8; O(1) activations
+
+
+def _agree(got, want):
+  forms.assert_within(got, want, RTOL)
 
 
 def naive_recurrent_kda(q, k, v, g, beta):
@@ -38,58 +43,55 @@ def naive_recurrent_kda(q, k, v, g, beta):
 def naive_kda_gate(f, a_log, dt_bias):
   """fla/ops/kda/gate.py ``naive_kda_gate``: −exp(A_log)[h] · softplus(f + dt_bias.view(H, K)), f [..., H, K]."""
   heads = f.shape[-2]
-  return -np.exp(a_log).reshape(heads, 1) * softplus(f + dt_bias.reshape(heads, -1))
+  return -np.exp(a_log).reshape(heads, 1) * forms.softplus(f + dt_bias.reshape(heads, -1))
 
 
 def reference_kda(p, x, causal, heads, eps=1e-5):
   """The KDA layer (fla/layers/kda.py forward) in numpy from the parameters."""
   bsz, length, _ = x.shape
-  q, k, v = (short_conv(x @ p[f"{n}_proj"]["kernel"], p[f"{n}_conv1d"]["kernel"]) for n in "qkv")
+  q, k, v = (forms.fla_short_conv(x @ p[f"{n}_proj"]["kernel"], p[f"{n}_conv1d"]["kernel"]) for n in "qkv")
   q, k, v = (u.reshape(bsz, length, heads, -1) for u in (q, k, v))
-  q, k = l2norm(q), l2norm(k)
+  q, k = forms.l2norm(q), forms.l2norm(k)
   f = (x @ p["f_proj_0"]["kernel"] @ p["f_proj_1"]["kernel"]).reshape(q.shape)
   g = naive_kda_gate(f, p["ssm_A_log"], p["ssm_dt_bias"])
-  beta = sigmoid(x @ p["b_proj"]["kernel"])
+  beta = forms.sigmoid(x @ p["b_proj"]["kernel"])
   o = naive_recurrent_kda(q, k, v, g, beta)
   if not causal:
-    o = o + backward_pass(q * q.shape[-1]**-0.5, k, v, beta, g)
+    o = o + forms.delta_rule_backward(q * q.shape[-1]**-0.5, k, v, beta, g)
   gate = (x @ p["g_proj_0"]["kernel"] @ p["g_proj_1"]["kernel"] + p["g_proj_1"]["bias"]).reshape(o.shape)
-  o = (rmsnorm(o, p["o_norm"], eps) * sigmoid(gate)).reshape(bsz, length, -1)
+  o = (forms.rms_norm(o, p["o_norm"], eps) * forms.sigmoid(gate)).reshape(bsz, length, -1)
   return o @ p["o_proj"]["kernel"]
 
 
 @pytest.mark.parametrize("mode", ["chunk", "recurrent"])
 def test_matches_fla_naive_reference(x64, mode):
-  x = random_rows(1, 2, LENGTH, D)
-  mask = np.ones((2, LENGTH), bool)
+  x = forms.rows(1, 2, LENGTH, D)
+  mask = jnp.ones((2, LENGTH), bool)
   for causal in (True, False):
-    module, apply = make(NAME, causal=causal, mode=mode, chunk_size=4, **SMALL)
-    variables = init(module, x, mask)
-    p = params64(variables)
+    module = attention_zoo.create_mixer(NAME, causal=causal, mode=mode, chunk_size=4, **SMALL)
+    variables = module.init(jax.random.key(0), jnp.asarray(x), mask)
+    p = forms.as64(variables["params"])
     # low-rank gates of rank V = 8; A_log per head; dt_bias per head and key channel
     assert p["f_proj_0"]["kernel"].shape == (D, 8) and p["f_proj_1"]["kernel"].shape == (8, 16)
     assert p["g_proj_1"]["bias"].shape == (16,) and p["ssm_A_log"].shape == (2,) and p["ssm_dt_bias"].shape == (16,)
     assert np.all((np.exp(p["ssm_A_log"]) >= 1) & (np.exp(p["ssm_A_log"]) < 16))
-    out = apply(variables, jnp.asarray(x), jnp.asarray(mask))
+    out = module.apply(variables, jnp.asarray(x), mask)
     assert out.dtype == jnp.float64 and out.shape == x.shape
-    assert_close(out, reference_kda(p, x, causal, heads=2))
+    _agree(out, reference_kda(p, x, causal, heads=2))
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_chunk_equals_recurrent(x64, causal):
-  x = random_rows(2, 2, LENGTH, D)
-  mask = np.ones((2, LENGTH), bool)
-  mask[0, 9:] = False
-  check_chunk_equals_recurrent(NAME, x, mask, causal=causal, **SMALL)
+  forms.delta_chunk_equals_recurrent(NAME, causal, _agree, **SMALL)
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_padding_end_and_middle(x64, causal):
-  check_padding(NAME, causal, D, **SMALL)
+  forms.delta_padding_removed(NAME, causal, _agree, **SMALL)
 
 
 def test_causal(x64):
-  check_causal(NAME, D, **SMALL)
+  forms.delta_causal(NAME, **SMALL)
 
 
 def test_heads_and_state_size():
@@ -106,4 +108,4 @@ def test_heads_and_state_size():
 
 
 def test_conformance():
-  check_conformance(NAME)
+  forms.conformance(NAME)

@@ -12,22 +12,22 @@ import pytest
 
 import attention_zoo
 
-try:
-  from lra_bench.testing import assert_conformant
-except ImportError:  # before the kits merged
-  from lra_bench.mixer_testing import assert_conformant
+from tests import mixer_forms as forms
 
 D_MODEL = 16
-
-
-@pytest.fixture(autouse=True)
-def _fast_compile(fast_compile):
-  """Every test here compiles with most XLA optimisations off (conftest: ~2x faster on CPU)."""
-  yield
+pytestmark = pytest.mark.usefixtures("fast_compile")  # most XLA optimisations off (conftest: ~2x faster on CPU)
 
 
 def inputs(seed, batch, length, d=D_MODEL):
-  return jnp.asarray(np.random.default_rng(seed).normal(size=(batch, length, d)))
+  return jnp.asarray(forms.rows(seed, batch, length, d))
+
+
+def _agree(got, want):  # chunk == recurrent: max |a − b| ≤ 1e-9 · max |b|
+  forms.assert_within(got, want, 1e-9)
+
+
+def _same(got, want):  # padding removed: the same numbers up to rounding
+  np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
 
 
 def init_apply(module, x, mask, variables=None):
@@ -37,14 +37,6 @@ def init_apply(module, x, mask, variables=None):
 
 
 # ---- float64 numpy transcription of the original (PyTorch layout: channels before length) -------------
-
-def softplus(v):
-  return np.logaddexp(0.0, v)
-
-
-def silu(v):
-  return v / (1 + np.exp(-v))
-
 
 def conv1d_torch(x, weight, bias):
   """PyTorch ``nn.Conv1d(E, E, W, groups=E, padding=W-1)(x)[..., :L]``: x (B E L), weight (E 1 W)."""
@@ -57,7 +49,7 @@ def conv1d_torch(x, weight, bias):
 
 def selective_scan_ref(u, delta, a, b, c, d, z, delta_bias):
   """``selective_scan_ref`` with delta_softplus=True, real A, variable B, C (B N L): u, delta, z (B E L)."""
-  delta = softplus(delta + delta_bias[:, None])
+  delta = forms.softplus(delta + delta_bias[:, None])
   state = np.zeros((u.shape[0], a.shape[0], a.shape[1]))
   delta_a = np.exp(np.einsum("bdl,dn->bdln", delta, a))
   delta_b_u = np.einsum("bdl,bnl,bdl->bdln", delta, b, u)
@@ -66,14 +58,14 @@ def selective_scan_ref(u, delta, a, b, c, d, z, delta_bias):
     state = delta_a[:, :, i] * state + delta_b_u[:, :, i]
     ys.append(np.einsum("bdn,bn->bd", state, c[:, :, i]))
   y = np.stack(ys, axis=2)
-  return (y + u * d[:, None]) * silu(z)
+  return (y + u * d[:, None]) * forms.silu(z)
 
 
 def gated_branch(xz, p, suffix, d_state, dt_rank):
   """One direction of ``Mamba.forward`` without out_proj (Vim's ``mamba_inner_fn_no_out_proj``): (B E L)."""
   x, z = np.split(xz, 2, axis=1)
   weight = np.asarray(p[f"conv1d{suffix}_weight"]).T[:, None, :]          # ours [W, E] -> torch [E, 1, W]
-  x = silu(conv1d_torch(x, weight, np.asarray(p[f"conv1d{suffix}_bias"])))
+  x = forms.silu(conv1d_torch(x, weight, np.asarray(p[f"conv1d{suffix}_bias"])))
   x_dbl = np.einsum("bel,ef->blf", x, np.asarray(p[f"x_proj{suffix}_kernel"]))
   dt, b, c = np.split(x_dbl, [dt_rank, dt_rank + d_state], axis=-1)
   dt = np.einsum("blr,re->bel", dt, np.asarray(p[f"dt_proj{suffix}_kernel"]))
@@ -108,36 +100,11 @@ def test_block_matches_original_reference(x64, causal):
   np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
 
 
-def outputs_and_grads(module, params, x, mask):
-  """(outputs, d/d(params, x) of Σ sin(outputs)), one compiled call."""
-  def loss(params, x):
-    out = module.apply({"params": params}, x, mask)
-    return jnp.sum(jnp.sin(out)), out
-
-  (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(params, x)
-  return np.asarray(out), grads
-
-
 @pytest.mark.parametrize("causal", [True, False])
 def test_chunk_equals_recurrent(x64, causal):
   """Outputs and gradients (every parameter and the input) agree to 1e-9, with padding in the middle of
   row 1 and a length that is not a multiple of the chunk."""
-  x = inputs(1, 2, 11)
-  mask = jnp.asarray(np.array([[True] * 11, [True] * 4 + [False] * 3 + [True] * 4]))
-  x = x * mask[..., None]
-  chunk = attention_zoo.create_mixer("mamba", causal=causal, chunk_size=4)
-  recurrent = attention_zoo.create_mixer("mamba", causal=causal, mode="recurrent")
-  params = chunk.lazy_init(jax.random.PRNGKey(0), x, mask)["params"]
-  out_c, g_chunk = outputs_and_grads(chunk, params, x, mask)
-  out_r, g_recurrent = outputs_and_grads(recurrent, params, x, mask)
-  np.testing.assert_allclose(out_c, out_r, rtol=1e-9, atol=1e-9 * np.abs(out_r).max())
-  leaves_c = jax.tree_util.tree_leaves_with_path(g_chunk)
-  leaves_r = jax.tree_util.tree_leaves(g_recurrent)
-  assert len(leaves_c) == len(leaves_r) == len(jax.tree_util.tree_leaves(params)) + 1
-  for (path, gc), gr in zip(leaves_c, leaves_r):
-    gc, gr = np.asarray(gc), np.asarray(gr)
-    assert np.abs(gr).max() > 0, jax.tree_util.keystr(path)
-    assert np.abs(gc - gr).max() <= 1e-9 * np.abs(gr).max(), jax.tree_util.keystr(path)
+  forms.block_chunk_equals_recurrent("mamba", causal, _agree, chunk_size=4)
 
 
 @pytest.mark.parametrize("mode", ["chunk", "recurrent"])
@@ -146,36 +113,12 @@ def test_padding_end_and_middle_equals_removed(x64, mode):
   (row 1), the padded slots holding large non-zero values: the real outputs equal those of the row with
   the padding removed (both directions); padded outputs are zero. With ``bias=True``, so a padded slot
   that reached the convolution (in_proj's bias) would show."""
-  length = 12
-  places = [[0, 1, 2, 5, 6, 7, 8], [2, 3, 4, 7, 9, 10, 11]]
-  cut_x = inputs(3, 1, len(places[0]))
-  x = np.asarray(inputs(4, 2, length)) * 7
-  mask = np.zeros((2, length), bool)
-  for row, where in enumerate(places):
-    mask[row, where] = True
-    x[row, where] = np.asarray(cut_x)[0]
   module = attention_zoo.create_mixer("mamba", mode=mode, chunk_size=4, bias=True)  # in_proj's bias reaches u
-  out, variables = init_apply(module, jnp.asarray(x), jnp.asarray(mask))
-  cut, _ = init_apply(module, cut_x, jnp.ones((1, len(places[0])), bool), variables)
-  for row, where in enumerate(places):
-    np.testing.assert_allclose(out[row, where], cut[0], rtol=1e-10, atol=1e-13)
-  assert np.all(out[~mask] == 0)
+  forms.block_padding_removed(module, lambda m, x, mask: m.init(jax.random.PRNGKey(0), x, mask), _same)
 
 
 def test_causal_future_does_not_move_past(x64):
-  length, i = 10, 4
-  x = inputs(5, 1, length)
-  x2 = x.at[:, i + 1:].add(inputs(6, 1, length - i - 1))
-  both = jnp.concatenate([x, x2])
-  mask = jnp.ones((2, length), bool)
-  for mode in ("chunk", "recurrent"):
-    module = attention_zoo.create_mixer("mamba", causal=True, bidirectional=True, mode=mode, chunk_size=4)
-    out, variables = init_apply(module, both, mask)
-    assert "x_proj_b_kernel" not in variables["params"]
-    np.testing.assert_allclose(out[1, :i + 1], out[0, :i + 1], rtol=0, atol=1e-14)
-    assert not np.allclose(out[1, i + 1:], out[0, i + 1:])
-  out, _ = init_apply(attention_zoo.create_mixer("mamba", chunk_size=4), both, mask)  # the default sees the future
-  assert not np.allclose(out[1, :i + 1], out[0, :i + 1])
+  forms.block_causal("mamba", "x_proj_b_kernel", chunk_size=4)
 
 
 def test_state_size():
@@ -207,7 +150,7 @@ def test_config_and_init():
     kernel, bias = p[f"dt_proj{suffix}_kernel"], p[f"dt_proj{suffix}_bias"]
     assert kernel.shape == (r, e) and np.abs(kernel).max() <= r ** -0.5
     assert np.abs(kernel).max() > 0.8 * r ** -0.5                         # uniform over the whole range
-    step = np.logaddexp(0.0, bias.astype(np.float64))                     # softplus(bias) = the initial Δ
+    step = np.logaddexp(0.0, bias.astype(np.float64))                     # forms.softplus(bias) = the initial Δ
     assert np.all(step >= 1e-3 * (1 - 1e-5)) and np.all(step <= 1e-1 * (1 + 1e-5))
     log_step = np.log(step)                                               # log-uniform on [1e-3, 1e-1]
     assert abs(log_step.mean() - np.log(1e-2)) < 0.4 and log_step.std() > 0.9
@@ -233,4 +176,4 @@ def test_unknown_mode_is_an_error():
 
 
 def test_conformance():
-  assert_conformant("mamba")
+  forms.conformance("mamba")

@@ -14,31 +14,19 @@ import pytest
 
 import attention_zoo
 from attention_zoo.mixers.mamba2 import Mamba2Config
+from tests import mixer_forms as forms
 
 NAME = "mamba2"
 D = 16
 REL = 1e-9
 
 
-def _np(tree):
-  return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), tree)
-
-
 def _inputs(seed, batch, length, d=D):
-  return np.random.default_rng(seed).normal(size=(batch, length, d))
+  return forms.rows(seed, batch, length, d)
 
 
 def _close(got, want, rel=REL):
-  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-  np.testing.assert_allclose(got, want, rtol=rel, atol=rel * max(1.0, float(np.abs(want).max())))
-
-
-def _silu(z):
-  return z / (1 + np.exp(-z))
-
-
-def _softplus(z):
-  return np.logaddexp(0.0, z)
+  forms.close(got, want, rel)
 
 
 def conv_and_split(p, x, cfg: Mamba2Config):
@@ -55,12 +43,12 @@ def conv_and_split(p, x, cfg: Mamba2Config):
   for t in range(length):
     conv_state = np.roll(conv_state, -1, axis=-1)
     conv_state[:, :, -1] = xbc[:, t]
-    conv_out[:, t] = _silu(np.sum(conv_state * weight, axis=-1) + p["conv1d_bias"])
+    conv_out[:, t] = forms.silu(np.sum(conv_state * weight, axis=-1) + p["conv1d_bias"])
   xs, b_in, c_in = np.split(conv_out, [d_inner, d_inner + g * n], axis=-1)
   per_group = heads // g
   b_in = np.repeat(b_in.reshape(batch, length, g, n), per_group, axis=2)
   c_in = np.repeat(c_in.reshape(batch, length, g, n), per_group, axis=2)
-  delta = _softplus(dt + p["ssm_dt_bias"])
+  delta = forms.softplus(dt + p["ssm_dt_bias"])
   return z, xs.reshape(batch, length, heads, headdim), b_in, c_in, delta
 
 
@@ -118,7 +106,7 @@ def ssm_bidirectional(xs, a, b_in, c_in, delta, d_skip):
 def reference_layer(params, x, cfg: Mamba2Config, core="step"):
   """The whole layer in numpy float64 from the module's parameters (no padding); ``core``: "step" (Mamba2.step),
   "ssd" (ssd_minimal_discrete, blocks of 7, plus D·x) or "bidirectional"."""
-  p = _np(params)
+  p = forms.as64(params)
   batch, length, d = x.shape
   d_inner, _, _ = cfg.dims(d)
   z, xs, b_in, c_in, delta = conv_and_split(p, x, cfg)
@@ -129,14 +117,11 @@ def reference_layer(params, x, cfg: Mamba2Config, core="step"):
     y = ssd_minimal_discrete(xs * delta[..., None], a * delta, b_in, c_in, 7) + p["D"][:, None] * xs
   else:
     y = ssm_bidirectional(xs, a, b_in, c_in, delta, p["D"])
-  y = y.reshape(batch, length, d_inner) * _silu(z)                              # rmsnorm(y ⊙ silu(z)) ⊙ w
+  y = y.reshape(batch, length, d_inner) * forms.silu(z)                              # rmsnorm(y ⊙ silu(z)) ⊙ w
   y = y.reshape(batch, length, cfg.ngroups, d_inner // cfg.ngroups)
   y = y / np.sqrt(np.mean(y * y, axis=-1, keepdims=True) + cfg.norm_eps)
   y = y.reshape(batch, length, d_inner) * p["norm_weight"]
   return y @ p["out_proj"]["kernel"]
-
-
-_JITTED = {}
 
 
 def _layer(**overrides):
@@ -144,21 +129,8 @@ def _layer(**overrides):
   return mixer, mixer.config
 
 
-def _jit(mixer, method):
-  """jax.jit of mixer.apply / mixer.init, one per config (compiling once per shape is far cheaper than eager)."""
-  key = (mixer.config, method)
-  if key not in _JITTED:
-    _JITTED[key] = jax.jit(getattr(mixer, method))
-  return _JITTED[key]
-
-
-def _apply(mixer, variables, x, mask):
-  return _jit(mixer, "apply")(variables, jnp.asarray(x), jnp.asarray(mask))
-
-
 def _init(mixer, x, seed=0):
-  x = jnp.asarray(x)
-  variables = _jit(mixer, "init")(jax.random.key(seed), x, jnp.ones(x.shape[:2], bool))
+  variables = forms.init(mixer, x, seed=seed)
   # a D skip and a norm weight that are not 1, larger steps Δ (so that the state decays visibly over a row)
   params = jax.tree_util.tree_map(lambda a: a, variables["params"])
   rng = np.random.default_rng(seed + 7)
@@ -180,7 +152,7 @@ def test_layer_matches_mamba2_step_and_ssd_minimal(x64, overrides):
   mixer, cfg = _layer(**overrides)
   x = _inputs(0, 2, LENGTH) * 3.0
   variables = _init(mixer, x)
-  out = _apply(mixer, variables, x, np.ones((2, LENGTH), bool))
+  out = forms.apply(mixer, variables, x, np.ones((2, LENGTH), bool))
   assert out.dtype == jnp.float64 and out.shape == x.shape
   _close(out, reference_layer(variables["params"], x, cfg, core="step"))
   _close(out, reference_layer(variables["params"], x, cfg, core="ssd"))
@@ -190,64 +162,22 @@ def test_bidirectional_matches_full_matrix_form(x64):
   mixer, cfg = _layer(**BIDIR)
   x = _inputs(1, 2, LENGTH) * 3.0
   variables = _init(mixer, x)
-  out = _apply(mixer, variables, x, np.ones((2, LENGTH), bool))
+  out = forms.apply(mixer, variables, x, np.ones((2, LENGTH), bool))
   _close(out, reference_layer(variables["params"], x, cfg, core="bidirectional"))
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_chunk_equals_recurrent_outputs_and_gradients(x64, causal):
-  length = 21
-  x = _inputs(2, 2, length)
-  mask = np.ones((2, length), bool)
-  mask[0, 5:8] = False
-  mask[0, 17:] = False
-  chunk, _ = _layer(causal=causal, mode="chunk", chunk_size=8)
-  recurrent, _ = _layer(causal=causal, mode="recurrent")
-  variables = _init(chunk, x)
-  weights = jnp.asarray(np.random.default_rng(3).normal(size=x.shape))
-
-  def value_and_grad(mixer):
-    loss = lambda params, x: jnp.sum(mixer.apply({**variables, "params": params}, x, jnp.asarray(mask)) * weights)
-    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(variables["params"], jnp.asarray(x))
-
-  (out_c, g_c), (out_r, g_r) = value_and_grad(chunk), value_and_grad(recurrent)
-  _close(out_c, out_r)
-  for a, b in zip(jax.tree_util.tree_leaves(g_c), jax.tree_util.tree_leaves(g_r)):
-    _close(a, b)
+  forms.engine_chunk_equals_recurrent(NAME, causal, _init, _close)
 
 
 @pytest.mark.parametrize("overrides", [CAUSAL, BIDIR], ids=["causal", "bidirectional"])
 def test_padding_end_and_middle_equals_row_without_padding(x64, overrides):
-  mixer, _ = _layer(**overrides)
-  x = _inputs(4, 2, LENGTH)
-  variables = _init(mixer, x)
-  for padded in ([10, 11, 12, 13], [3, 4, 9, 13], [0, 1, 6, 12]):              # end, middle, start + middle
-    mask = np.ones((2, LENGTH), bool)
-    mask[0, padded] = False
-    noisy = x.copy()
-    noisy[0, padded] = 50.0 * _inputs(5, 1, len(padded))[0]                    # padded content must not matter
-    out = np.asarray(_apply(mixer, variables, noisy, mask))
-    cut = np.asarray(_apply(mixer, variables, x[:1, mask[0]], np.ones((1, LENGTH - 4), bool)))
-    _close(out[0, mask[0]], cut[0])
-    assert np.all(out[0, ~mask[0]] == 0)
-    _close(out[1], np.asarray(_apply(mixer, variables, x, np.ones((2, LENGTH), bool)))[1])
+  forms.engine_padding_removed(NAME, overrides, _init, _close, LENGTH)
 
 
 def test_causal_future_does_not_move_past(x64):
-  i = 6
-  mixer, _ = _layer(**CAUSAL)
-  x = _inputs(6, 2, LENGTH)
-  variables = _init(mixer, x)
-  other = x.copy()
-  other[:, i + 1:] += _inputs(7, 2, LENGTH - i - 1)
-  mask = np.ones((2, LENGTH), bool)
-  a, b = np.asarray(_apply(mixer, variables, x, mask)), np.asarray(_apply(mixer, variables, other, mask))
-  np.testing.assert_allclose(a[:, :i + 1], b[:, :i + 1], rtol=0, atol=1e-14)
-  assert not np.allclose(a[:, i + 1:], b[:, i + 1:])
-  # the bidirectional layer does see the future
-  bidir, _ = _layer(**BIDIR)
-  assert not np.allclose(np.asarray(_apply(bidir, variables, x, mask))[:, :i + 1],
-                         np.asarray(_apply(bidir, variables, other, mask))[:, :i + 1])
+  forms.engine_causal(NAME, CAUSAL, BIDIR, _init, past_atol=1e-14, length=LENGTH)
 
 
 def test_state_size_and_head_derivation():
@@ -267,7 +197,7 @@ def test_state_size_and_head_derivation():
 def test_initialisation_follows_mamba_ssm(x64):
   mixer, _ = _layer(**CAUSAL)
   x = jnp.zeros((2, LENGTH, D))
-  params = _np(_jit(mixer, "init")(jax.random.key(0), x, jnp.ones((2, LENGTH), bool))["params"])
+  params = forms.as64(forms.init(mixer, x)["params"])
   assert set(params) == {"in_proj", "conv1d_kernel", "conv1d_bias", "ssm_dt_bias", "ssm_A_log", "D", "norm_weight",
                          "out_proj"}
   w = params["in_proj"]["kernel"]                                                 # U(±1/√D), [D, 2E + 2N + H]
@@ -278,9 +208,9 @@ def test_initialisation_follows_mamba_ssm(x64):
   assert np.abs(params["conv1d_bias"]).max() <= 0.5 and np.all(params["D"] == 1) and np.all(params["norm_weight"] == 1)
   a, dt = [], []
   for seed in range(8):                                                           # 4 heads a draw: Δ0 and A ranges
-    p = _np(_jit(_layer(**GROUPS)[0], "init")(jax.random.key(seed), x, jnp.ones((2, LENGTH), bool))["params"])
+    p = forms.as64(forms.init(_layer(**GROUPS)[0], x, seed=seed)["params"])
     a.append(np.exp(p["ssm_A_log"]))
-    dt.append(_softplus(p["ssm_dt_bias"]))
+    dt.append(forms.softplus(p["ssm_dt_bias"]))
   a, dt = np.concatenate(a), np.concatenate(dt)
   assert a.shape == (32,) and np.all((a >= 1) & (a <= 16)) and a.std() > 2
   assert np.all((dt >= 1e-3 * (1 - 1e-9)) & (dt <= 0.1 * (1 + 1e-9)))
@@ -289,8 +219,4 @@ def test_initialisation_follows_mamba_ssm(x64):
 
 
 def test_conformance_kit():
-  try:
-    from lra_bench.mixer_testing import assert_conformant
-  except ImportError:  # the kit may move to lra_bench.testing
-    from lra_bench.testing import assert_conformant
-  assert_conformant(NAME)
+  forms.conformance(NAME)

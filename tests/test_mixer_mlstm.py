@@ -5,8 +5,6 @@ padding at the end and in the middle, causality, the initialisation, ``state_siz
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +12,7 @@ import pytest
 
 from attention_zoo import registry
 from attention_zoo.mixers import mlstm
+from tests import mixer_forms as forms
 
 D, B = 16, 2  # the x64 fixture (float64 inside a test, restored after) is tests/conftest.py's
 
@@ -23,12 +22,11 @@ def make(**overrides):
 
 
 def inputs(seed, length, batch=B, d=D):
-  return jnp.asarray(np.random.default_rng(seed).normal(size=(batch, length, d)), jnp.float64)
+  return jnp.asarray(forms.rows(seed, batch, length, d), jnp.float64)
 
 
 def init(module, x, mask=None, seed=0):
-  mask = jnp.ones(x.shape[:2], bool) if mask is None else jnp.asarray(mask)
-  return jax.jit(module.init)(jax.random.PRNGKey(seed), x, mask)["params"]
+  return forms.init(module, x, mask, seed)["params"]
 
 
 def shapes(x):
@@ -58,17 +56,9 @@ def randomised(params, seed):
 # float64 numpy transcription of NX-AI/xlstm's mLSTMLayer (layer.py, cell.py, backends.py, components/*)
 
 
-def silu(t):
-  return t / (1.0 + np.exp(-t))
-
-
-def log_sigmoid(t):
-  return -np.logaddexp(0.0, -t)
-
-
 def recurrent_step_stabilized_simple(c_state, n_state, m_state, q, k, v, igate_preact, fgate_preact, eps):
   """One step, per (batch, head): c [K, K], n [K], m scalar; q, k, v [K]; gates scalars."""
-  log_fg = log_sigmoid(fgate_preact)
+  log_fg = forms.log_sigmoid(fgate_preact)
   m_new = max(log_fg + m_state, igate_preact)
   fg = np.exp(log_fg + m_state - m_new)
   ig = np.exp(igate_preact - m_new)
@@ -83,7 +73,7 @@ def recurrent_step_stabilized_simple(c_state, n_state, m_state, q, k, v, igate_p
 def parallel_stabilized_simple(q, k, v, igate_preact, fgate_preact, eps):
   """Per (batch, head): q, k, v [S, K], gates [S] -> [S, K] (row-wise stabilised matrix form)."""
   s, dh = q.shape
-  log_f = np.concatenate([[0.0], np.cumsum(log_sigmoid(fgate_preact))])
+  log_f = np.concatenate([[0.0], np.cumsum(forms.log_sigmoid(fgate_preact))])
   log_fg = log_f[1:, None] - log_f[None, 1:]
   log_fg = np.where(np.tril(np.ones((s, s), bool)), log_fg, -np.inf)
   log_d = log_fg + igate_preact[None, :]
@@ -97,7 +87,7 @@ def bidirectional_cell(q, k, v, igate_preact, fgate_preact):
   """The bidirectional form this layer defines (module docstring), per (batch, head), eps 0:
   w_tj = exp(ĩ_j + Σ_{l=min(t,j)+1}^{max(t,j)} log σ(f̃_l)) over all j, then the causal cell's normaliser."""
   s, dh = q.shape
-  cum = np.cumsum(log_sigmoid(fgate_preact))
+  cum = np.cumsum(forms.log_sigmoid(fgate_preact))
   log_w = -np.abs(cum[:, None] - cum[None, :]) + igate_preact[None, :]
   c = (q @ (k / np.sqrt(dh)).T) * np.exp(log_w)
   return c @ v / np.maximum(np.abs(c.sum(-1, keepdims=True)), 1.0)
@@ -121,7 +111,7 @@ def reference_layer(params, x, num_heads=4, eps=1e-6, backend="recurrent"):
       src = t - (width - 1) + w
       if src >= 0:
         conv[:, t] += kernel[w] * x_mlstm[:, src]
-  conv_act = silu(conv)
+  conv_act = forms.silu(conv)
 
   def headwise(name, t):  # LinearHeadwiseExpand: "...hd,hod->...ho"
     weight = p[name]["weight"]
@@ -151,24 +141,17 @@ def reference_layer(params, x, num_heads=4, eps=1e-6, backend="recurrent"):
   var = h.var(-1, keepdims=True)
   h = (h - mean) / np.sqrt(var + 1e-5) * (1.0 + p["outnorm_weight"].reshape(num_heads, dh))
   h = h.reshape(b, length, inner) + p["learnable_skip"] * conv_act
-  return (h * silu(z)) @ p["proj_down"]["kernel"]
-
-
-@functools.lru_cache(maxsize=None)
-def _jitted(config):
-  module = mlstm.MLSTM(config)
-  return jax.jit(lambda params, x, mask: module.apply({"params": params}, x, mask))
+  return (h * forms.silu(z)) @ p["proj_down"]["kernel"]
 
 
 def apply(module, params, x, mask=None):
   """module.apply, compiled (one program per config and shape: far less compile time than op by op)."""
-  mask = jnp.ones(x.shape[:2], bool) if mask is None else jnp.asarray(mask)
-  return _jitted(module.config)(params, x, mask)
+  return forms.apply(module, {"params": params}, x, mask)
 
 
-def rel_err(a, b):
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+def _agree(got, want):
+  assert forms.rel_err(got, want) <= 1e-9
+
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -184,11 +167,11 @@ def test_layer_matches_original_recurrent_step(x64, mode):
   params = randomised(shapes(x), 1)
   out = apply(module, params, x)
   assert out.dtype == jnp.float64 and out.shape == x.shape
-  assert rel_err(out, reference_layer(params, x)) <= 1e-9
+  assert forms.rel_err(out, reference_layer(params, x)) <= 1e-9
   out0 = apply(make(causal=True, mode=mode, chunk_size=8, eps=0.0), params, x)
-  assert rel_err(out0, reference_layer(params, x, eps=0.0)) <= 1e-9
-  assert rel_err(out0, reference_layer(params, x, eps=0.0, backend="parallel")) <= 1e-9
-  assert rel_err(out0, out) > 1e-12  # the eps is there
+  assert forms.rel_err(out0, reference_layer(params, x, eps=0.0)) <= 1e-9
+  assert forms.rel_err(out0, reference_layer(params, x, eps=0.0, backend="parallel")) <= 1e-9
+  assert forms.rel_err(out0, out) > 1e-12  # the eps is there
 
 
 def test_bidirectional_layer_matches_its_definition(x64):
@@ -196,70 +179,46 @@ def test_bidirectional_layer_matches_its_definition(x64):
   x = inputs(2, 19)
   module = make(mode="chunk", chunk_size=8, eps=0.0)
   params = randomised(shapes(x), 3)
-  assert rel_err(apply(module, params, x), reference_layer(params, x, eps=0.0, backend="bidirectional")) <= 1e-9
+  assert forms.rel_err(apply(module, params, x), reference_layer(params, x, eps=0.0, backend="bidirectional")) <= 1e-9
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_chunk_equals_recurrent_outputs_and_gradients(x64, causal):
   """(2) with padding in the middle and at the end, chunk_size 8 over 21 tokens (a partial last chunk)."""
-  x = inputs(3, 21)
   mask = np.ones((B, 21), bool)
-  mask[0, [4, 5, 11]] = False
-  mask[0, 17:] = False
-  x = x * jnp.asarray(mask)[..., None]
-  params = randomised(shapes(x), 4)
-  modules = {mode: make(causal=causal, mode=mode, chunk_size=8) for mode in ("chunk", "recurrent")}
+  mask[0, [4, 5, 11, 17, 18, 19, 20]] = False
+  x = inputs(3, 21) * jnp.asarray(mask)[..., None]
+  chunk, recurrent = (make(causal=causal, mode=mode, chunk_size=8) for mode in ("chunk", "recurrent"))
   weights = jnp.asarray(np.random.default_rng(5).normal(size=x.shape))
-
-  def loss(mode):
-    def fn(p, x):
-      out = modules[mode].apply({"params": p}, x, jnp.asarray(mask))
-      return jnp.sum(jnp.sin(out) * weights), out
-    return jax.jit(jax.value_and_grad(fn, argnums=(0, 1), has_aux=True))
-
-  outs, grads = {}, {}
-  for mode in modules:
-    (_, outs[mode]), grads[mode] = loss(mode)(params, x)
-  assert rel_err(outs["chunk"], outs["recurrent"]) <= 1e-9
-  flat_c = jax.tree_util.tree_leaves_with_path(grads["chunk"])
-  flat_r = jax.tree_util.tree_leaves(grads["recurrent"])
-  for (path, gc), gr in zip(flat_c, flat_r):
-    assert rel_err(gc, gr) <= 1e-9, jax.tree_util.keystr(path)
+  forms.check_chunk_equals_recurrent(chunk, recurrent, randomised(shapes(x), 4), x, mask, _agree, weights=weights,
+                                     sin=True)
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_padding_end_and_middle_equals_removed(x64, causal):
   """(3) real outputs of a row with padded positions (holding garbage) inside and at its end equal those of
   the row with them removed; padded outputs are 0. mode="chunk" (equal to "recurrent" with padding: test 2)."""
-  mode = "chunk"
-  length = 19
-  x = inputs(6, length)
-  mask = np.ones((B, length), bool)
-  mask[0, [0, 6, 7, 12]] = False
-  mask[0, 16:] = False
+  x = inputs(6, 19)                                 # x still holds its values at the padded positions
+  mask = np.ones((B, 19), bool)
+  mask[0, [0, 6, 7, 12, 16, 17, 18]] = False
   mask[1, 9] = False
-  module = make(causal=causal, mode=mode, chunk_size=8)
+  module = make(causal=causal, mode="chunk", chunk_size=8)
   params = randomised(shapes(x), 7)
-  out = np.asarray(apply(module, params, x, mask))  # x still holds its values at the padded positions
-  real = np.flatnonzero(mask[0])
-  cut = np.asarray(apply(module, params, x[:1, real]))
-  assert rel_err(out[0, real], cut[0]) <= 1e-9
-  assert np.all(out[~mask] == 0)
+  forms.check_padding_removed(lambda z, m: apply(module, params, z, m), x, mask, _agree, rows_to_check=[0])
 
 
 @pytest.mark.parametrize("mode", ["recurrent", "chunk"])
 def test_causal_future_does_not_reach_the_past(x64, mode):
   """(4) changing tokens from position 11 on leaves outputs 0..10 alone and moves the later ones."""
   x = inputs(8, 20)
-  y = x.at[:, 11:].set(inputs(9, 20)[:, 11:])
-  module = make(causal=True, mode=mode, chunk_size=8)
   params = randomised(shapes(x), 10)
-  a, b = np.asarray(apply(module, params, x)), np.asarray(apply(module, params, y))
+  module = make(causal=True, mode=mode, chunk_size=8)
+  a, b = forms.future_changed(lambda z: apply(module, params, z), x, 11, seed=9, replace=True)
   assert np.max(np.abs(a[:, :11] - b[:, :11])) <= 1e-12 * np.max(np.abs(a))
   assert np.min(np.max(np.abs(a[:, 11:] - b[:, 11:]), axis=-1)) > 1e-6
   # bidirectional: the future does reach the past
   module = make(causal=False, mode=mode, chunk_size=8)
-  a, b = np.asarray(apply(module, params, x)), np.asarray(apply(module, params, y))
+  a, b = forms.future_changed(lambda z: apply(module, params, z), x, 11, seed=9, replace=True)
   assert np.min(np.max(np.abs(a[:, :11] - b[:, :11]), axis=-1)) > 1e-6
 
 
@@ -319,8 +278,4 @@ def test_registry_entry():
 
 def test_conformance_kit():
   """(6) the repository's conformance kit."""
-  try:
-    from lra_bench.testing import assert_conformant
-  except ImportError:  # the kit's earlier home
-    from lra_bench.mixer_testing import assert_conformant
-  assert_conformant("mlstm")
+  forms.conformance("mlstm")

@@ -14,22 +14,22 @@ import pytest
 import attention_zoo
 from attention_zoo.mixers import rg_lru
 
-try:
-  from lra_bench.testing import assert_conformant
-except ImportError:  # before the kits merged
-  from lra_bench.mixer_testing import assert_conformant
+from tests import mixer_forms as forms
 
 D_MODEL = 16
-
-
-@pytest.fixture(autouse=True)
-def _fast_compile(fast_compile):
-  """Every test here compiles with most XLA optimisations off (conftest: ~2x faster on CPU)."""
-  yield
+pytestmark = pytest.mark.usefixtures("fast_compile")  # most XLA optimisations off (conftest: ~2x faster on CPU)
 
 
 def inputs(seed, batch, length, d=D_MODEL):
-  return jnp.asarray(np.random.default_rng(seed).normal(size=(batch, length, d)))
+  return jnp.asarray(forms.rows(seed, batch, length, d))
+
+
+def _agree(got, want):  # chunk == recurrent: max |a − b| ≤ 1e-9 · max |b|
+  forms.assert_within(got, want, 1e-9)
+
+
+def _same(got, want):  # padding removed: the same numbers up to rounding
+  np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
 
 
 def init_apply(module, x, mask, variables=None):
@@ -39,14 +39,6 @@ def init_apply(module, x, mask, variables=None):
 
 
 # ---- float64 numpy transcription of recurrentgemma (one document per row: segment_pos = 0, 1, ...) ----
-
-def sigmoid(v):
-  return 1 / (1 + np.exp(-v))
-
-
-def softplus(v):
-  return np.logaddexp(0.0, v)
-
 
 def gelu_tanh(v):
   """``jax.nn.gelu`` (approximate=True), as ``RecurrentBlock`` calls it."""
@@ -74,9 +66,9 @@ def block_diagonal_ref(x, w, b):
 def rg_lru_ref(x, p, suffix):
   """``RGLRU.__call__`` (only_real) with ``segment_pos = arange(L)`` and ``lru_linear_scan``."""
   batch, length, width = x.shape
-  gate_x = sigmoid(block_diagonal_ref(x, p[f"input_gate_w{suffix}"], p[f"input_gate_bias{suffix}"]))
-  gate_a = sigmoid(block_diagonal_ref(x, p[f"a_gate_w{suffix}"], p[f"a_gate_bias{suffix}"]))
-  log_a = -8.0 * gate_a * softplus(p[f"ssm_a_param{suffix}"])
+  gate_x = forms.sigmoid(block_diagonal_ref(x, p[f"input_gate_w{suffix}"], p[f"input_gate_bias{suffix}"]))
+  gate_a = forms.sigmoid(block_diagonal_ref(x, p[f"a_gate_w{suffix}"], p[f"a_gate_bias{suffix}"]))
+  log_a = -8.0 * gate_a * forms.softplus(p[f"ssm_a_param{suffix}"])
   a, a_squared = np.exp(log_a), np.exp(2 * log_a)
   reset = (np.arange(length) == 0).astype(np.float64)[None, :, None]
   multiplier = reset + (1 - reset) * np.sqrt(1 - a_squared)
@@ -122,36 +114,19 @@ def test_block_matches_original_reference(x64, causal):
   np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
 
 
-def outputs_and_grads(module, params, x, mask):
-  """(outputs, d/d(params, x) of Σ sin(outputs)), one compiled call."""
-  def loss(params, x):
-    out = module.apply({"params": params}, x, mask)
-    return jnp.sum(jnp.sin(out)), out
-
-  (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(params, x)
-  return np.asarray(out), grads
-
-
 @pytest.mark.parametrize("causal", [True, False])
 def test_chunk_equals_recurrent(x64, causal):
   """Outputs and gradients (every parameter and the input) agree to 1e-9, with padding in the middle of
   row 1."""
-  x = inputs(1, 2, 11)
-  mask = jnp.asarray(np.array([[True] * 11, [True] * 4 + [False] * 3 + [True] * 4]))
-  x = x * mask[..., None]
-  chunk = attention_zoo.create_mixer("rg_lru", causal=causal)
-  recurrent = attention_zoo.create_mixer("rg_lru", causal=causal, mode="recurrent")
-  params = chunk.lazy_init(jax.random.PRNGKey(0), x, mask)["params"]
-  out_c, g_chunk = outputs_and_grads(chunk, params, x, mask)
-  out_r, g_recurrent = outputs_and_grads(recurrent, params, x, mask)
-  np.testing.assert_allclose(out_c, out_r, rtol=1e-9, atol=1e-9 * np.abs(out_r).max())
-  leaves_c = jax.tree_util.tree_leaves_with_path(g_chunk)
-  leaves_r = jax.tree_util.tree_leaves(g_recurrent)
-  assert len(leaves_c) == len(leaves_r) == len(jax.tree_util.tree_leaves(params)) + 1
-  for (path, gc), gr in zip(leaves_c, leaves_r):
-    gc, gr = np.asarray(gc), np.asarray(gr)
-    assert np.abs(gr).max() > 0, jax.tree_util.keystr(path)
-    assert np.abs(gc - gr).max() <= 1e-9 * np.abs(gr).max(), jax.tree_util.keystr(path)
+  forms.block_chunk_equals_recurrent("rg_lru", causal, _agree)
+
+
+def _perturbed(module, x, mask):
+  """Parameters initialised on the cut row, moved by 0.1·N(0, 1): non-zero biases, so a padded slot that
+  reached the convolution would show."""
+  params = module.lazy_init(jax.random.PRNGKey(0), jnp.asarray(x[:1, mask[0]]), jnp.ones((1, 7), bool))["params"]
+  rng = np.random.default_rng(2)
+  return {"params": {k: v + 0.1 * rng.normal(size=v.shape) for k, v in params.items()}}
 
 
 @pytest.mark.parametrize("mode", ["chunk", "recurrent"])
@@ -159,39 +134,11 @@ def test_padding_end_and_middle_equals_removed(x64, mode):
   """Rows padded in the middle and at the end (row 0) and at the start, in the middle and at the end
   (row 1), the padded slots holding large non-zero values: the real outputs equal those of the row with
   the padding removed (both directions, each with its own segment start); padded outputs are zero."""
-  length = 12
-  places = [[0, 1, 2, 5, 6, 7, 8], [2, 3, 4, 7, 9, 10, 11]]
-  cut_x = inputs(3, 1, len(places[0]))
-  x = np.asarray(inputs(4, 2, length)) * 7
-  mask = np.zeros((2, length), bool)
-  for row, where in enumerate(places):
-    mask[row, where] = True
-    x[row, where] = np.asarray(cut_x)[0]
-  module = attention_zoo.create_mixer("rg_lru", mode=mode)
-  params = module.lazy_init(jax.random.PRNGKey(0), cut_x, jnp.ones((1, 7), bool))["params"]
-  rng = np.random.default_rng(2)  # non-zero biases: a padded slot that reached the convolution would show
-  variables = {"params": {k: v + 0.1 * rng.normal(size=v.shape) for k, v in params.items()}}
-  out, _ = init_apply(module, jnp.asarray(x), jnp.asarray(mask), variables)
-  cut, _ = init_apply(module, cut_x, jnp.ones((1, len(places[0])), bool), variables)
-  for row, where in enumerate(places):
-    np.testing.assert_allclose(out[row, where], cut[0], rtol=1e-10, atol=1e-13)
-  assert np.all(out[~mask] == 0)
+  forms.block_padding_removed(attention_zoo.create_mixer("rg_lru", mode=mode), _perturbed, _same)
 
 
 def test_causal_future_does_not_move_past(x64):
-  length, i = 10, 4
-  x = inputs(5, 1, length)
-  x2 = x.at[:, i + 1:].add(inputs(6, 1, length - i - 1))
-  both = jnp.concatenate([x, x2])
-  mask = jnp.ones((2, length), bool)
-  for mode in ("chunk", "recurrent"):
-    module = attention_zoo.create_mixer("rg_lru", causal=True, bidirectional=True, mode=mode)
-    out, variables = init_apply(module, both, mask)
-    assert "ssm_a_param_b" not in variables["params"]
-    np.testing.assert_allclose(out[1, :i + 1], out[0, :i + 1], rtol=0, atol=1e-14)
-    assert not np.allclose(out[1, i + 1:], out[0, i + 1:])
-  out, _ = init_apply(attention_zoo.create_mixer("rg_lru"), both, mask)  # the default sees the future
-  assert not np.allclose(out[1, :i + 1], out[0, :i + 1])
+  forms.block_causal("rg_lru", "ssm_a_param_b")
 
 
 def test_state_size():
@@ -235,7 +182,7 @@ def test_config_and_init():
     for gate in ("input_gate", "a_gate"):
       assert p[f"{gate}_w{suffix}"].shape == (1, width, width) and std_ok(p[f"{gate}_w{suffix}"], width ** -0.5)
       assert p[f"{gate}_bias{suffix}"].shape == (1, width)
-    radius = np.exp(-softplus(p[f"ssm_a_param{suffix}"]))                 # a_t = radius^(8·r_t)
+    radius = np.exp(-forms.softplus(p[f"ssm_a_param{suffix}"]))                 # a_t = radius^(8·r_t)
     assert np.all(radius >= 0.9 - 1e-6) and np.all(radius <= 0.999 + 1e-6)
     lo, hi = 0.9**2, 0.999**2                                              # r² ~ U[0.81, 0.998]
     assert abs((radius**2).mean() - (lo + hi) / 2) < 4 * (hi - lo) / np.sqrt(12 * width)
@@ -260,4 +207,4 @@ def test_unknown_mode_is_an_error():
 
 
 def test_conformance():
-  assert_conformant("rg_lru")
+  forms.conformance("rg_lru")

@@ -12,36 +12,19 @@ import numpy as np
 import pytest
 
 import attention_zoo
-from attention_zoo.mixers import rwkv6
+from attention_zoo.mixers import _layer_common, rwkv6
+from tests import mixer_forms as forms
 
 TOL = 1e-9
 
 
-def rel_err(a, b):
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
-
-
-_PARAMS = {}
+def _agree(got, want):
+  assert forms.rel_err(got, want) <= TOL
 
 
 def make(seed=0, batch=2, length=10, d=16, **overrides):
-  """(mixer, x float64 [B, L, D], variables) with every parameter perturbed away from its init (so that the
-  zero biases, the unit norm scale and the tiny LoRA matrices all matter in the comparisons). The parameters
-  depend only on (seed, d, head_dim): made once per test session."""
-  mixer = attention_zoo.create_mixer("rwkv6", **overrides)
-  rng = np.random.default_rng(seed)
-  x = jnp.asarray(rng.normal(size=(batch, length, d)), jnp.float64)
-  key = (seed, d, mixer.config.head_dim)
-  if key not in _PARAMS:
-    init = attention_zoo.create_mixer("rwkv6", head_dim=mixer.config.head_dim, mode="recurrent").init
-    params = jax.jit(init)(jax.random.key(seed), x[:1, :2], jnp.ones((1, 2), bool))["params"]
-    _PARAMS[key] = jax.tree.map(lambda p: p + 0.1 * jnp.asarray(rng.normal(size=p.shape), p.dtype), params)
-  return mixer, x, {"params": _PARAMS[key]}
-
-
-def np_params(variables):
-  return jax.tree.map(lambda p: np.asarray(p, np.float64), variables["params"])
+  """(mixer, x float64 [B, L, D], variables): parameters perturbed off their init (tests/mixer_forms.py)."""
+  return forms.perturbed_layer("rwkv6", seed, batch, length, d, **overrides)
 
 
 def reference(params, x, head_dim, causal=True, eps=64e-5):
@@ -51,7 +34,7 @@ def reference(params, x, head_dim, causal=True, eps=64e-5):
   p = params
   x = np.asarray(x, np.float64)
   bsz, length, d = x.shape
-  h, kd = rwkv6.heads(d, head_dim)
+  h, kd = _layer_common.rwkv_heads(d, head_dim)
   prev = np.concatenate([np.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
   if not causal:
     nxt = np.concatenate([x[:, 1:], np.zeros_like(x[:, :1])], axis=1)
@@ -92,85 +75,47 @@ def reference(params, x, head_dim, causal=True, eps=64e-5):
   return (normed * g) @ p["output"]["kernel"]
 
 
-def run(mixer, variables, x, mask=None):
-  if mask is None:
-    mask = jnp.ones(x.shape[:2], bool)
-  return np.asarray(jax.jit(mixer.apply)(variables, x, mask), np.float64)
-
-
 @pytest.mark.parametrize("mode, head_dim", [("recurrent", 64), ("chunk", 8)])  # d_model 16: 1 head of 16, 2 of 8
 def test_matches_numpy_reference_causal(x64, mode, head_dim):
   mixer, x, variables = make(causal=True, mode=mode, head_dim=head_dim, chunk_size=4)
-  got = run(mixer, variables, x)
-  want = reference(np_params(variables), x, head_dim, causal=True)
-  assert rel_err(got, want) <= TOL
+  got = forms.apply(mixer, variables, x)
+  want = reference(forms.as64(variables["params"]), x, head_dim, causal=True)
+  _agree(got, want)
 
 
 def test_matches_numpy_reference_bidirectional(x64):
   mixer, x, variables = make(causal=False, mode="recurrent", head_dim=8)
-  got = run(mixer, variables, x)
-  want = reference(np_params(variables), x, 8, causal=False)
-  assert rel_err(got, want) <= TOL
+  got = forms.apply(mixer, variables, x)
+  want = reference(forms.as64(variables["params"]), x, 8, causal=False)
+  _agree(got, want)
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_chunk_equals_recurrent(x64, causal):
   """Outputs and gradients (all parameters and x) of mode="chunk" (chunk 32 = two of the engine's sub-chunks,
   L = 40: a ragged last chunk) and mode="recurrent", with a padded tail and a padded middle."""
-  mixer, x, variables = make(causal=causal, mode="chunk", head_dim=8, chunk_size=32, length=40)
-  reference_mixer = attention_zoo.create_mixer("rwkv6", causal=causal, mode="recurrent", head_dim=8)
-  mask = np.ones(x.shape[:2], bool)
-  mask[0, 29:] = False
-  mask[1, 3:5] = False
-  mask[1, 30:34] = False
-
-  def outputs_and_grads(m):
-    def f(params, x):
-      out = m.apply({"params": params}, x, mask)
-      return jnp.sum(jnp.sin(out)), out
-    return jax.jit(jax.grad(f, argnums=(0, 1), has_aux=True))(variables["params"], x)
-
-  (gpa, gxa), out_a = outputs_and_grads(mixer)
-  (gpb, gxb), out_b = outputs_and_grads(reference_mixer)
-  assert rel_err(out_a, out_b) <= TOL
-  assert rel_err(gxa, gxb) <= TOL
-  for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(gpa)[0], jax.tree.leaves(gpb)):
-    assert rel_err(a, b) <= TOL, jax.tree_util.keystr(path)
+  forms.rwkv_chunk_equals_recurrent("rwkv6", causal, _agree)
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_padding_end_and_middle(x64, causal):
   """Real outputs equal those of the row with its padded positions removed (whatever the padding holds);
   padded outputs are zero."""
-  mixer, x, variables = make(causal=causal, head_dim=8, chunk_size=4, length=12)
-  mask = np.ones(x.shape[:2], bool)
-  mask[0, [0, 4, 5, 9, 10, 11]] = False  # padding first, in the middle and at the end
-  mask[1, 6:] = False  # both rows keep 6 real tokens: the cut rows form one batch
-  garbage = np.asarray(x) + 3.0 * (~mask)[..., None]  # the padded positions hold non-zero content
-  out = run(mixer, variables, jnp.asarray(garbage), mask)
-  cut = jnp.asarray(np.asarray(x)[mask].reshape(2, 6, -1))
-  alone = run(mixer, variables, cut)
-  assert rel_err(out[mask].reshape(2, 6, -1), alone) <= TOL
-  assert np.all(out[~mask] == 0)
+  forms.rwkv_padding_removed("rwkv6", causal, _agree)
 
 
 def test_token_shift_skips_padding(x64):
   x = jnp.arange(1.0, 7.0)[None, :, None] * jnp.ones((1, 1, 4))
   mask = jnp.asarray([[False, True, False, False, True, True]])
-  prev = np.asarray(rwkv6.token_shift(x, mask, causal=True, block=4))[0, :, 0]
+  prev = np.asarray(_layer_common.token_shift(x, mask, causal=True, block=4))[0, :, 0]
   assert list(prev[[1, 4, 5]]) == [0.0, 2.0, 5.0]  # previous real tokens: none, 2, 5
-  both = np.asarray(rwkv6.token_shift(x, mask, causal=False, block=4))[0]
+  both = np.asarray(_layer_common.token_shift(x, mask, causal=False, block=4))[0]
   assert list(both[[1, 4, 5], 0]) == [0.0, 2.0, 5.0]  # channels 0, 1: from the previous real token
   assert list(both[[1, 4, 5], 3]) == [5.0, 6.0, 0.0]  # channels 2, 3: from the next real token
 
 
 def test_causal_future_does_not_move_past(x64):
-  mixer, x, variables = make(causal=True, head_dim=8, chunk_size=4, length=12)
-  changed = np.asarray(x).copy()
-  changed[:, 7:] = np.random.default_rng(9).normal(size=changed[:, 7:].shape)
-  a, b = run(mixer, variables, x), run(mixer, variables, jnp.asarray(changed))
-  assert np.max(np.abs(a[:, :7] - b[:, :7])) == 0
-  assert np.max(np.abs(a[:, 7:] - b[:, 7:])) > 1e-3
+  forms.rwkv_causal("rwkv6")
 
 
 def test_state_size():
@@ -201,8 +146,4 @@ def test_initial_values():
 
 
 def test_conformance():
-  try:
-    from lra_bench.mixer_testing import assert_conformant
-  except ImportError:
-    from lra_bench.testing import assert_conformant
-  assert_conformant("rwkv6")
+  forms.conformance("rwkv6")

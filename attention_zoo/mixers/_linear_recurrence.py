@@ -50,7 +50,8 @@ o_t = (e^{m^f-m} num^f + e^{m^b-m} num^b) / (max(|e^{m^f-m} den^f + e^{m^b-m} de
 (C^f + C^b)^T q / max(|(n^f + n^b)^T q|, 1) in unstabilised units (the backward state starts at m = 0 too).
 
 ``mode="recurrent"``: ``jax.lax.scan`` over L with the state [B, H, K, V] (mLSTM: C, n, m), the literal
-recurrence; the reference.
+recurrence; the reference. In both modes ``causal=False`` runs the two passes as one kernel call over a doubled
+batch (the rows, then the reversed rows with their shifted decays), each row with its own read.
 
 ``mode="chunk"`` (training default): L is padded with masked positions to N chunks of C = ``chunk_size``
 (shorter rows: one chunk, rounded up to the sub-chunk). Within a chunk, with G_t = g_0 + .. + g_t (chunk-local),
@@ -62,12 +63,12 @@ are o = O_1 + P S_0 with O_1, P computed for all chunks in parallel. Per update:
   (j <= t), P = Q ⊙ e^G, M = e^{G_{C-1}}, N_S = (K ⊙ e^{G_{C-1} - G})^T V.
 - delta rule, WY/UT form (fla/ops/delta_rule/wy_fast.py + naive.py, fla/ops/gated_delta_rule, fla/ops/kda):
   the write is S_t = D_t S_{t-1} + k_t u_t^T with u_t = beta_t (v_t - (D_t S_{t-1})^T k_t); within a chunk
-  (I + tril(diag(beta) Gram(K, K), -1)) U = diag(beta) (V - (K ⊙ e^G) S_0), solved once per chunk with
-  ``jax.scipy.linalg.solve_triangular`` for [beta V | beta K ⊙ e^G], so U = W_1 - W_2 S_0; then the additive
-  form with U for V.
+  (I + tril(diag(beta) Gram(K, K), -1)) U = diag(beta) (V - (K ⊙ e^G) S_0), solved once per chunk for
+  [beta V | beta K ⊙ e^G] (``_unit_lower_solve``: the exact product (I - A)(I + A^2)(I + A^4).. of the nilpotent
+  strictly lower A, matmuls only), so U = W_1 - W_2 S_0; then the additive form with U for V.
 - DPLR (fla/ops/generalized_delta_rule/dplr/naive.py ``dplr_chunkwise``, fla/ops/rwkv7): fully chunked. With
   w_t = S_{t-1}^T b_t the write is additive with two keys (a_t w_t^T + k_t v_t^T), and within a chunk
-  (I - tril(Gram_excl(B, A), -1)) W = (B ⊙ e^{G_{t-1}}) S_0 + tril(Gram_excl(B, K), -1) V, one triangular solve.
+  (I - tril(Gram_excl(B, A), -1)) W = (B ⊙ e^{G_{t-1}}) S_0 + tril(Gram_excl(B, K), -1) V, one unit-triangular solve.
 - mLSTM (xLSTM's parallel_stabilized_simple within a chunk): log weights D_tj = (G_t - G_j) + i~_j (j <= t),
   m_t = max(G_t + m_in, max_j D_tj) with the chunk's incoming stabiliser m_in; the scan carries (C~, n~, m)
   with the chunk's own end-state stabiliser (max_j (G_{C-1} - G_j + i~_j)); every exponent formed is <= 0.
@@ -76,25 +77,38 @@ Gram(X, Y)_tj = sum_k x_tk y_jk exp(G_tk - G_jk); Gram_excl uses G_{t-1} for the
 G_{t-1} and j < t; the backward pass's read is j < t with G_t (q_t ⊙ e^{g_t}).
 
 Numerics. Every exponential the chunk form evaluates has a non-positive argument, so float32 cannot overflow
-at any decay strength (log decays of -55 per step and mLSTM input gates of +-60 are exercised; underflow to 0
-only drops weights < 1e-38). Differences of decays between two positions are segment sums of the g_s
-themselves (``_segsum``, after mamba_ssm/modules/ssd_minimal.py), not differences of two long cumulative sums.
-Per-key decays: the chunk is split into sub-chunks of c = ``sub_chunk_size`` (16) as in fla's chunk_gla:
-between sub-chunks I > J the Gram block is (x_t e^{Gx_t - R_I}) . (y_j e^{R_I - G_j}) with R_I the cumulative
-decay just before sub-chunk I (both exponents <= 0, one matmul), inside a sub-chunk a [c, c, K] weight tensor:
-memory C c K per chunk per head (not C^2 K). The delta-rule/DPLR triangular solves are as well conditioned as
-the recurrence itself (beta in [0, 1] with unit-norm keys, RWKV-7's bounded a). Defaults C = 64, c = 16; in
-float32 the chunk form agrees with the recurrent one to ~1e-5 relative. Computation is float32 (float64 for
-float64 inputs); the output has q's dtype.
+at any decay strength (log decays down to -200 per step and mLSTM input gates of +-60 are tested; underflow to 0
+only drops weights < 1e-38). Decay differences inside a sub-chunk (and the [C, C] scalar-decay weights) are
+segment sums of the g_s themselves (``_segsum``, after mamba_ssm/modules/ssd_minimal.py), not differences of
+two long cumulative sums; between sub-chunks they are differences of chunk-local cumulative sums (absolute error
+~ C eps |G_chunk| in the exponent, on weights that are then already small). Per-key decays: the chunk is split
+into sub-chunks of c = ``sub_chunk_size`` (8) as in fla's chunk_gla; between sub-chunks I > J the Gram block
+factors as (x_t e^{Gx_t - R_I}) e^{R_I - R'_J} (y_j e^{R'_J - G_j}) (three exponents <= 0, matmuls), inside a
+sub-chunk a [c, c, K] weight tensor: memory C c K per chunk per head, not C^2 K. The delta-rule / DPLR
+triangular systems are unit lower triangular (I + strictly lower), as well conditioned as the recurrence
+itself for beta in [0, 1] with unit-norm keys and RWKV-7's bounded a. Defaults C = 64, c = 8 (c = 8 was ~1.4x
+faster than 16 for GLA fwd+bwd on CPU). In float32 (measured, L = 200, strong decays, padding in the middle)
+chunk and recurrent agree to ~1e-5 relative in outputs and gradients for every update kind; for mLSTM with
+input gates of +-60 both float32 forms are up to ~1e-3 off float64 where |n^T q| nearly cancels (the two are
+equally close). Computation is float32 (float64 for float64 inputs); the output has q's dtype.
+
+Speed. On a CPU (one thread, B=2, L=1024, H=4, K=V=16, fwd+bwd) the ``lax.scan`` is as fast as or faster than
+the chunk form (the chunk form does more arithmetic than a scan over a 16x16 state, and its gain is
+parallelism); the chunk form is the training default for accelerators, where a 1024-step scan is
+latency-bound.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
 
 READS = ("after", "before")
 MODES = ("chunk", "recurrent")
+_NEG = -1e30  # a finite "minus infinity" for the log-space maxima (exp of it minus anything finite is 0)
+_NAMES = ("q", "k", "v", "g", "beta", "a", "b", "ig", "mask")
 
 
 def _compute_dtype(dtype) -> jnp.dtype:
@@ -125,7 +139,7 @@ def _prepare(q, k, v, log_decay, beta, a, b, log_input_gate, mask):
     else:
       raise ValueError(f"log_decay must be [H], [B, L, H] or [B, L, H, K]; got shape {log_decay.shape}")
   g = g * (mf[..., None] if vector else mf)
-  out = {"q": q * mf[..., None], "k": k * mf[..., None], "v": v, "g": g, "vector": vector, "mask": m}
+  out = {"q": q * mf[..., None], "k": k * mf[..., None], "v": v, "g": g, "mask": m}
   if beta is not None:
     out["beta"] = hm(beta) * mf
   if a is not None:
@@ -133,145 +147,142 @@ def _prepare(q, k, v, log_decay, beta, a, b, log_input_gate, mask):
     out["b"] = hm(b)
   if log_input_gate is not None:
     out["ig"] = hm(log_input_gate)
-  return out
+  return out, vector
 
 
-def _decay_state(g, s, vector):
-  """diag(exp(g)) S for S [B, H, K, V] and g [B, H] (scalar) or [B, H, K] (vector)."""
-  return jnp.exp(g)[..., :, None] * s if vector else jnp.exp(g)[..., None, None] * s
+def _row(flag, ndim: int):
+  """A per-row read flag ([B'] bool, or a Python bool) shaped to broadcast against an array of ``ndim`` dims."""
+  f = jnp.asarray(flag)
+  return f if f.ndim == 0 else f.reshape(f.shape + (1,) * (ndim - 1))
 
 
-def _recurrent(x, read):
-  """Token-by-token ``lax.scan`` over L (axis 2 of the head-major arrays). ``read`` is "after" (S_t), "before"
-  (S_{t-1}) or "mid" (D_t S_{t-1}: after the decay, before the write; the backward pass of ``causal=False``).
-  Returns o [B, H, L, V], or for mLSTM the stabilised (numerator [B, H, L, V], q.n [B, H, L], m [B, H, L])."""
-  q, k, v, g, vector = x["q"], x["k"], x["v"], x["g"], x["vector"]
-  bsz, heads, _, dk = q.shape
-  dv = v.shape[-1]
+def _pick(excl, strict, before, mid, after):
+  """The read of each row: "before" (excl), "mid" (strict, not excl) or "after"."""
+  e, s = _row(excl, after.ndim), _row(strict, after.ndim)
+  return jnp.where(e, before, jnp.where(s, mid, after))
+
+
+def _recurrent(x, vector, excl, strict):
+  """Token-by-token ``lax.scan`` over L (axis 2 of the head-major arrays). Each row reads "after" (S_t),
+  "before" (S_{t-1}; ``excl`` and ``strict``) or "mid" (D_t S_{t-1}, after the decay and before the write; only
+  ``strict``: the backward pass of ``causal=False``). Returns o [B', H, L, V], or for mLSTM the stabilised
+  (numerator [B', H, L, V], q.n [B', H, L], m [B', H, L])."""
+  q, v = x["q"], x["v"]
+  bsz, heads, length, dk = q.shape
   dt = q.dtype
-  t_first = lambda y: jnp.moveaxis(y, 2, 0)
-  xs = {"q": t_first(q), "k": t_first(k), "v": t_first(v), "g": t_first(g)}
-  for name in ("beta", "a", "b", "ig"):
-    if name in x:
-      xs[name] = t_first(x[name])
-  s0 = jnp.zeros((bsz, heads, dk, dv), dt)
+  xs = {name: jnp.moveaxis(x[name], 2, 0) for name in ("q", "k", "v", "g", "beta", "a", "b", "ig") if name in x}
+  s0 = jnp.zeros((bsz, heads, dk, v.shape[-1]), dt)
+  read = lambda s, qt: jnp.einsum("bhkv,bhk->bhv", s, qt)
 
   if "ig" in x:
-    xs["mask"] = t_first(jnp.broadcast_to(x["mask"], (bsz, heads, q.shape[2])))
+    xs["mask"] = jnp.moveaxis(jnp.broadcast_to(x["mask"], (bsz, heads, length)), 2, 0)
 
     def step(carry, inp):
       c, n, m = carry
       qt = inp["q"]
-      read_state = None
-      if read == "before":
-        read_state = (c, n, m)
       m_dec = m + inp["g"]
-      if read == "mid":
-        read_state = (c, n, m_dec)
       m_new = jnp.where(inp["mask"], jnp.maximum(m_dec, inp["ig"]), m)
       f_act = jnp.exp(m_dec - m_new)
       i_act = jnp.where(inp["mask"], jnp.exp(jnp.minimum(inp["ig"] - m_new, 0.0)), 0.0)
       c_new = f_act[..., None, None] * c + i_act[..., None, None] * jnp.einsum("bhk,bhv->bhkv", inp["k"], inp["v"])
       n_new = f_act[..., None] * n + i_act[..., None] * inp["k"]
-      if read == "after":
-        read_state = (c_new, n_new, m_new)
-      rc, rn, rm = read_state
-      return (c_new, n_new, m_new), (jnp.einsum("bhkv,bhk->bhv", rc, qt), jnp.einsum("bhk,bhk->bh", rn, qt), rm)
+      num = _pick(excl, strict, read(c, qt), read(c, qt), read(c_new, qt))
+      den = _pick(excl, strict, jnp.sum(n * qt, -1), jnp.sum(n * qt, -1), jnp.sum(n_new * qt, -1))
+      return (c_new, n_new, m_new), (num, den, _pick(excl, strict, m, m_dec, m_new))
 
     init = (s0, jnp.zeros((bsz, heads, dk), dt), jnp.zeros((bsz, heads), dt))
-    _, (num, den, mm) = jax.lax.scan(step, init, xs)
-    return jnp.moveaxis(num, 0, 2), jnp.moveaxis(den, 0, 2), jnp.moveaxis(mm, 0, 2)
+    _, outs = jax.lax.scan(step, init, xs)
+    return tuple(jnp.moveaxis(z, 0, 2) for z in outs)
 
   def step(s, inp):
-    qt, kt, vt = inp["q"], inp["k"], inp["v"]
-    o = None
-    if read == "before":
-      o = jnp.einsum("bhkv,bhk->bhv", s, qt)
-    s_dec = _decay_state(inp["g"], s, vector)
-    if read == "mid":
-      o = jnp.einsum("bhkv,bhk->bhv", s_dec, qt)
+    qt, kt, vt, gt = inp["q"], inp["k"], inp["v"], inp["g"]
+    s_dec = jnp.exp(gt)[..., :, None] * s if vector else jnp.exp(gt)[..., None, None] * s
     if "beta" in inp:                                                   # delta rule: erase along k, then write
       err = vt - jnp.einsum("bhkv,bhk->bhv", s_dec, kt)
       s_new = s_dec + inp["beta"][..., None, None] * jnp.einsum("bhk,bhv->bhkv", kt, err)
-    elif "a" in inp:                                                    # DPLR: + a (b^T S_{t-1}) + k v^T
+    elif "a" in inp:                                                    # DPLR: + a (S_{t-1}^T b)^T + k v^T
       sb = jnp.einsum("bhkv,bhk->bhv", s, inp["b"])
       s_new = s_dec + jnp.einsum("bhk,bhv->bhkv", inp["a"], sb) + jnp.einsum("bhk,bhv->bhkv", kt, vt)
     else:
       s_new = s_dec + jnp.einsum("bhk,bhv->bhkv", kt, vt)
-    if read == "after":
-      o = jnp.einsum("bhkv,bhk->bhv", s_new, qt)
-    return s_new, o
+    return s_new, _pick(excl, strict, read(s, qt), read(s_dec, qt), read(s_new, qt))
 
   _, o = jax.lax.scan(step, s0, xs)
   return jnp.moveaxis(o, 0, 2)
 
 
-_NEG = -1e30  # a finite "minus infinity" for the log-space maxima (exp of it minus anything finite is 0)
+def _cumsum(x: jax.Array, axis: int, reverse: bool = False) -> jax.Array:
+  """Inclusive cumulative sum along a chunk axis as one matmul with a triangular 0/1 matrix (XLA's CPU cumsum
+  of a chunk axis is several times slower); ``reverse``: the suffix sums."""
+  size = x.shape[axis]
+  tri = jnp.tril(jnp.ones((size, size), x.dtype))                        # [t, s]: s <= t
+  if reverse:
+    tri = tri.T
+  return jnp.moveaxis(jnp.tensordot(tri, jnp.moveaxis(x, axis, 0), axes=1), 0, axis)
 
 
 def _segsum(g: jax.Array, axis: int) -> jax.Array:
   """Segment sums along ``axis`` (the within-chunk position, size C): out[..., t, j, ...] = sum_{s=j+1}^{t} g_s
-  for j <= t (0 on and above the diagonal's right), formed as a cumulative sum of the g_s themselves (not as a
-  difference of two cumulative sums), so a long strongly-decayed chunk does not cost precision
-  (mamba_ssm/modules/ssd_minimal.py ``segsum``). The new j axis is inserted right after ``axis``."""
+  for j <= t (0 above the diagonal), summed from the g_s themselves (not as a difference of two cumulative
+  sums, mamba_ssm/modules/ssd_minimal.py ``segsum``), so a long strongly-decayed chunk does not cost precision;
+  one contraction with the constant 0/1 tensor [t, j, s] = (j < s <= t). The new j axis follows ``axis``."""
   size = g.shape[axis]
-  x = jnp.expand_dims(g, axis + 1)                                      # [.., C(t), 1, ..]
-  shape = list(x.shape)
-  shape[axis + 1] = size
-  x = jnp.broadcast_to(x, shape)                                        # [.., C(t), C(j), ..]
-  tri = jnp.arange(size)[:, None] > jnp.arange(size)[None, :]           # t > j
-  tri = tri.reshape(tri.shape + (1,) * (x.ndim - axis - 2))
-  return jnp.cumsum(jnp.where(tri, x, 0.0), axis=axis)
+  r = jnp.arange(size)
+  sel = ((r[None, :, None] < r[None, None, :]) & (r[None, None, :] <= r[:, None, None])).astype(g.dtype)
+  out = jnp.tensordot(sel, jnp.moveaxis(g, axis, 0), axes=1)            # [C(t), C(j), ...rest]
+  return jnp.moveaxis(out, (0, 1), (axis, axis + 1))
 
 
-def _tri(size: int, strict: bool) -> jax.Array:
-  return jnp.tril(jnp.ones((size, size), bool), -1 if strict else 0)
+def _tri(size: int, strict, ndim: int, trailing: int = 0) -> jax.Array:
+  """The lower-triangle mask [.., C, C(, 1..)] (j < t, and j == t where not ``strict``), broadcastable against
+  an array of ``ndim`` dims whose (t, j) axes are followed by ``trailing`` axes."""
+  lower = jnp.tril(jnp.ones((size, size), bool), -1)
+  eye = jnp.eye(size, dtype=bool)
+  lower, eye = (z.reshape(z.shape + (1,) * trailing) for z in (lower, eye))
+  return lower | (eye & ~_row(strict, ndim))
 
 
 def _gram(x, y, g, gi, excl, strict, sub):
   """The decayed Gram matrix of one chunk, [.., C, C]: A[t, j] = sum_k x_tk y_jk exp(Gx_tk - G_jk) on the lower
-  triangle (j < t when ``strict``, else j <= t), 0 above; G_t = g_0 + .. + g_t (the chunk-local inclusive
-  cumulative log decay ``gi``) and Gx_t = G_t, or G_{t-1} when ``excl`` (then ``strict`` must hold).
+  triangle (j < t where ``strict``, else j <= t), 0 above; G_t = g_0 + .. + g_t (the chunk-local inclusive
+  cumulative log decay ``gi``) and Gx_t = G_t, or G_{t-1} where ``excl`` (which implies ``strict``). ``excl``
+  and ``strict`` are Python bools or per-row [B'] flags.
 
   Every exponent that is formed is <= 0. Scalar decay (g [.., C]): one [C, C] weight matrix exp(segsum).
-  Per-key decay (g [.., C, K]): secondary chunks of ``sub`` positions (fla's chunk_gla sub-chunking): a block
-  of rows I against columns of an earlier sub-chunk J < I goes through the reference point R_I = G at the last
-  position before I, x_t exp(Gx_t - R_I) . y_j exp(R_I - G_j), two exponents <= 0 and one matmul; the diagonal
-  blocks use the [c, c, K] segment sums (memory C * c * K per chunk)."""
-  if excl:
-    assert strict
+  Per-key decay (g [.., C, K]): secondary chunks of ``sub`` positions (fla's chunk_gla sub-chunking). A block of
+  rows I against the columns of an earlier sub-chunk J < I factors through R_I (G just before I) and R'_J (G at
+  the end of J): exp(Gx_t - G_j) = exp(Gx_t - R_I) exp(R_I - R'_J) exp(R'_J - G_j), three exponents <= 0, so
+  only [C, K] + [n, n, K] exponentials and matmuls; the diagonal blocks use [c, c, K] segment sums (memory
+  C * c * K per chunk, not C^2 K)."""
   size = x.shape[-2]
-  tri = _tri(size, strict)
   if g.ndim == x.ndim - 1:                                              # scalar decay per position
-    seg = _segsum(g, g.ndim - 1)                                        # [.., C, C]
-    if excl:
-      seg = seg - g[..., :, None]
+    seg = _segsum(g, g.ndim - 1) - _row(excl, g.ndim + 1) * g[..., :, None]  # [.., C, C]
+    tri = _tri(size, strict, seg.ndim)
     w = jnp.where(tri, jnp.exp(jnp.where(tri, seg, 0.0)), 0.0)
     return jnp.einsum("...tk,...jk->...tj", x, y) * w
   n, c = size // sub, sub
   blk = lambda z: z.reshape(z.shape[:-2] + (n, c) + z.shape[-1:])       # [.., C, K] -> [.., n, c, K]
   xb, yb, gb = blk(x), blk(y), blk(g)
-  seg = _segsum(gb, gb.ndim - 2)                                        # [.., n, c(t), c(j), K]
-  if excl:
-    seg = seg - gb[..., :, None, :]
-  dtri = _tri(c, strict)[..., None]
+  seg = _segsum(gb, gb.ndim - 2) - _row(excl, gb.ndim + 1) * gb[..., :, None, :]  # [.., n, c(t), c(j), K]
+  dtri = _tri(c, strict, seg.ndim, trailing=1)
   w = jnp.where(dtri, jnp.exp(jnp.where(dtri, seg, 0.0)), 0.0)
-  diag = jnp.einsum("...nik,...njk,...nijk->...nij", xb, yb, w)         # [.., n, c, c]
-  out = jnp.zeros(diag.shape[:-3] + (n, c, n, c), diag.dtype)
-  out = out + diag[..., :, :, None, :] * jnp.eye(n, dtype=diag.dtype)[:, None, :, None]
-  if n > 1:
-    ref = jnp.concatenate([jnp.zeros_like(gi[..., :1, :]), gi[..., c - 1 : -1 : c, :]], axis=-2)  # [.., n, K]
-    gx = blk(gi - g if excl else gi)
-    xt = xb * jnp.exp(gx - ref[..., :, None, :])                        # [.., n, c, K]
-    earlier = (jnp.arange(size)[None, :] // c) < jnp.arange(n)[:, None]  # [n(I), C(j)]: j before sub-chunk I
-    e = ref[..., :, None, :] - gi[..., None, :, :]                      # [.., n, C, K]
-    yt = jnp.where(earlier[..., None], jnp.exp(jnp.where(earlier[..., None], e, 0.0)), 0.0) * y[..., None, :, :]
-    out = out + jnp.einsum("...nik,...njk->...nij", xt, yt).reshape(out.shape)
+  diag = jnp.sum(xb[..., :, None, :] * yb[..., None, :, :] * w, axis=-1)  # [.., n, c, c]
+  out = diag[..., :, :, None, :] * jnp.eye(n, dtype=diag.dtype)[:, None, :, None]  # [.., n, c, n, c]
+  if n > 1:                                                             # blocks I > J, through R_I and R'_J
+    ends = gi[..., c - 1 :: c, :]                                       # R'_J = G at the last position of J
+    starts = jnp.concatenate([jnp.zeros_like(ends[..., :1, :]), ends[..., :-1, :]], axis=-2)  # R_I = G before I
+    xt = xb * jnp.exp(blk(gi - _row(excl, gi.ndim) * g) - starts[..., :, None, :])   # x_t e^{Gx_t - R_I}
+    yt = yb * jnp.exp(ends[..., :, None, :] - blk(gi))                  # y_j e^{R'_J - G_j}
+    later = jnp.arange(n)[:, None] > jnp.arange(n)[None, :]             # [I, J]: J < I
+    e = starts[..., :, None, :] - ends[..., None, :, :]                 # R_I - R'_J <= 0 where J < I  [.., n, n, K]
+    mid = jnp.where(later[..., None], jnp.exp(jnp.where(later[..., None], e, 0.0)), 0.0)
+    ym = (mid[..., :, :, None, :] * yt[..., None, :, :, :]).reshape(mid.shape[:-2] + (size,) + mid.shape[-1:])
+    out = out + jnp.einsum("...nik,...njk->...nij", xt, ym).reshape(out.shape)  # [.., n(I), c, C]
   return out.reshape(out.shape[:-4] + (size, size))
 
 
 def _chunk_layout(x, chunk_size, sub_chunk_size):
-  """Pads L to a multiple of the chunk C with masked positions and reshapes every array to [B, H, N, C, ...]."""
+  """Pads L to a multiple of the chunk C with masked positions and reshapes every array to [B', H, N, C, ...]."""
   length = x["q"].shape[2]
   sub = max(1, min(sub_chunk_size, chunk_size))
   if chunk_size % sub:
@@ -279,16 +290,13 @@ def _chunk_layout(x, chunk_size, sub_chunk_size):
   size = chunk_size if length >= chunk_size else -(-length // sub) * sub
   sub = min(sub, size)
   n = -(-length // size)
-  pad = n * size - length
-  y = dict(x)
-  for name in ("q", "k", "v", "g", "beta", "a", "b", "ig", "mask"):
-    if name in y:
-      z = y[name]
-      widths = [(0, 0)] * z.ndim
-      widths[2] = (0, pad)
-      z = jnp.pad(z, widths)
-      y[name] = z.reshape(z.shape[:2] + (n, size) + z.shape[3:])
-  return y, size, sub, length
+  y = {}
+  for name, z in x.items():
+    widths = [(0, 0)] * z.ndim
+    widths[2] = (0, n * size - length)
+    z = jnp.pad(z, widths)
+    y[name] = z.reshape(z.shape[:2] + (n, size) + z.shape[3:])
+  return y, sub, length
 
 
 def _unchunk(z, length):
@@ -309,23 +317,21 @@ def _unit_lower_solve(lower: jax.Array, rhs: jax.Array) -> jax.Array:
   return out
 
 
-def _chunk(x, read, chunk_size, sub_chunk_size):
+def _chunk(x, vector, excl, strict, chunk_size, sub_chunk_size):
   """The chunked-parallel form of ``_recurrent`` (same arguments and results); module docstring, "chunk"."""
-  y, size, sub, length = _chunk_layout(x, chunk_size, sub_chunk_size)
+  y, sub, length = _chunk_layout(x, chunk_size, sub_chunk_size)
   if "ig" in y:
-    return tuple(_unchunk(z, length) for z in _chunk_mlstm(y, read))
+    return tuple(_unchunk(z, length) for z in _chunk_mlstm(y, excl, strict))
   q, k, v, g = y["q"], y["k"], y["v"], y["g"]
-  vector = y["vector"]
-  excl, strict = read == "before", read != "after"
+  dk = q.shape[-1]
   ax = 3                                                                # the within-chunk position axis
-  gi = jnp.cumsum(g, axis=ax)                                           # G_t
-  tail = jnp.flip(jnp.cumsum(jnp.flip(g, ax), axis=ax), ax) - g         # G_{C-1} - G_t = sum_{s>t} g_s
-  e_end = jnp.exp(jnp.sum(g, axis=ax))                                  # [B, H, N(, K)]
+  gi = _cumsum(g, ax)                                                   # G_t
+  tail = _cumsum(g, ax, reverse=True) - g                               # G_{C-1} - G_t = sum_{s>t} g_s
+  e_end = jnp.exp(jnp.sum(g, axis=ax))                                  # [B', H, N(, K)]
   dec = lambda z, gg: z * jnp.exp(gg if vector else gg[..., None])
   gram = lambda xx, yy, ex, st: _gram(xx, yy, g, gi if vector else None, ex, st, sub)
-  p = dec(q, gi - g if excl else gi)                                    # q_t exp(Gx_t)   [B, H, N, C, K]
+  p = dec(q, gi - _row(excl, g.ndim) * g)                               # q_t exp(Gx_t)   [B', H, N, C, K]
   k_hat = dec(k, tail)                                                  # k_j exp(G_{C-1} - G_j)
-  dk = q.shape[-1]
   diag_m = lambda: (e_end[..., :, None] if vector else e_end[..., None, None]) * jnp.eye(dk, dtype=q.dtype)
   if "beta" in y:                                                       # delta rule, WY/UT form
     beta = y["beta"]
@@ -344,7 +350,7 @@ def _chunk(x, read, chunk_size, sub_chunk_size):
     lbk = gram(b, k, True, True)
     rhs = jnp.concatenate([lbk @ v, dec(b, gi - g)], axis=-1)
     w = _unit_lower_solve(-lba, rhs)
-    wb, wa = w[..., : v.shape[-1]], w[..., v.shape[-1] :]               # b_t^T S_{t-1} = Wb + Wa S_0
+    wb, wa = w[..., : v.shape[-1]], w[..., v.shape[-1] :]               # S_{t-1}^T b_t = Wb + (Wa S_0)
     aqa = gram(q, a, excl, strict)
     o1 = aqa @ wb + gram(q, k, excl, strict) @ v
     p = p + aqa @ wa
@@ -353,14 +359,13 @@ def _chunk(x, read, chunk_size, sub_chunk_size):
     n_state = jnp.einsum("...jk,...jv->...kv", a_hat, wb) + jnp.einsum("...jk,...jv->...kv", k_hat, v)
   else:                                                                 # additive
     o1 = gram(q, k, excl, strict) @ v
-    m_state = e_end if vector else e_end[..., None]                     # diagonal transition [B, H, N, K|1]
+    m_state = e_end if vector else e_end[..., None]                     # diagonal transition [B', H, N, K|1]
     n_state = jnp.einsum("...jk,...jv->...kv", k_hat, v)
   full = m_state.ndim == n_state.ndim
 
   def step(s, inp):
     mm, nn = inp
-    s_new = (mm @ s if full else mm[..., None] * s) + nn
-    return s_new, s
+    return (mm @ s if full else mm[..., None] * s) + nn, s
 
   s0 = jnp.zeros(n_state.shape[:2] + n_state.shape[3:], q.dtype)
   _, s_in = jax.lax.scan(step, s0, (jnp.moveaxis(m_state, 2, 0), jnp.moveaxis(n_state, 2, 0)))
@@ -368,31 +373,28 @@ def _chunk(x, read, chunk_size, sub_chunk_size):
   return _unchunk(o, length)
 
 
-def _chunk_mlstm(y, read):
-  """Chunked stabilised mLSTM (xLSTM's parallel_stabilized_simple within a chunk, a scan over chunk states
-  (C~, n~, m) across chunks); returns the stabilised (numerator, q.n, m) per position as ``_recurrent``."""
+def _chunk_mlstm(y, excl, strict):
+  """Chunked stabilised mLSTM: xLSTM's parallel_stabilized_simple within a chunk (log weights, row maxima), a
+  scan over the chunk states (C~, n~, m) across chunks; returns the stabilised (numerator, q.n, m) per position
+  as ``_recurrent``."""
   q, k, v, g, ig = y["q"], y["k"], y["v"], y["g"], y["ig"]
-  valid = jnp.broadcast_to(y["mask"], ig.shape)                          # [B, H, N, C]
+  valid = jnp.broadcast_to(y["mask"], ig.shape)                         # [B', H, N, C]
   size = q.shape[3]
-  excl, strict = read == "before", read != "after"
   ax = 3
-  gi = jnp.cumsum(g, axis=ax)
-  gx = gi - g if excl else gi
-  tail = jnp.flip(jnp.cumsum(jnp.flip(g, ax), axis=ax), ax) - g
-  seg = _segsum(g, ax)                                                  # [B, H, N, C, C]
-  if excl:
-    seg = seg - g[..., :, None]
-  dmask = _tri(size, strict) & valid[..., None, :]
+  ex = _row(excl, g.ndim)
+  gi = _cumsum(g, ax)
+  gx = gi - ex * g
+  tail = _cumsum(g, ax, reverse=True) - g
+  seg = _segsum(g, ax) - ex[..., None] * g[..., :, None]                # [B', H, N, C, C]
+  dmask = _tri(size, strict, seg.ndim) & valid[..., None, :]
   dlog = jnp.where(dmask, seg + ig[..., None, :], _NEG)                 # log weight of token j in the read at t
-  mu = jnp.max(dlog, axis=-1)                                           # [B, H, N, C]
-  elog = jnp.where(valid, tail + ig, _NEG)                              # log weight of token j in the chunk's end state
-  mu_e = jnp.max(elog, axis=-1)                                         # [B, H, N]
+  mu = jnp.max(dlog, axis=-1)                                           # [B', H, N, C]
+  elog = jnp.where(valid, tail + ig, _NEG)                              # log weight of token j in the end state
   has = jnp.any(valid, axis=-1)
-  mu_e = jnp.where(has, mu_e, 0.0)
+  mu_e = jnp.where(has, jnp.max(elog, axis=-1), 0.0)                    # [B', H, N]
   we = jnp.where(valid, jnp.exp(jnp.where(valid, elog - mu_e[..., None], 0.0)), 0.0)
   c_hat = jnp.einsum("...j,...jk,...jv->...kv", we, k, v)
   n_hat = jnp.einsum("...j,...jk->...k", we, k)
-  g_end = gi[..., -1]
 
   def step(carry, inp):
     c, n, m = carry
@@ -407,9 +409,9 @@ def _chunk_mlstm(y, read):
   init = (jnp.zeros((bsz, heads, dk, v.shape[-1]), q.dtype), jnp.zeros((bsz, heads, dk), q.dtype),
           jnp.zeros((bsz, heads), q.dtype))
   mv = lambda z: jnp.moveaxis(z, 2, 0)
-  _, (c_in, n_in, m_in) = jax.lax.scan(step, init, (mv(c_hat), mv(n_hat), mv(mu_e), mv(g_end), mv(has)))
+  _, (c_in, n_in, m_in) = jax.lax.scan(step, init, (mv(c_hat), mv(n_hat), mv(mu_e), mv(gi[..., -1]), mv(has)))
   c_in, n_in, m_in = (jnp.moveaxis(z, 0, 2) for z in (c_in, n_in, m_in))
-  m_t = jnp.maximum(gx + m_in[..., None], mu)                           # [B, H, N, C]
+  m_t = jnp.maximum(gx + m_in[..., None], mu)                           # [B', H, N, C]
   w_inter = jnp.exp(gx + m_in[..., None] - m_t)
   w_intra = jnp.where(dmask, jnp.exp(jnp.where(dmask, dlog - m_t[..., None], 0.0)), 0.0)
   att = jnp.einsum("...tk,...jk->...tj", q, k) * w_intra
@@ -431,14 +433,19 @@ def _reverse_for_backward(x):
   ok = m & (nxt < length)
   idx = jnp.broadcast_to(jnp.minimum(nxt, length - 1), g.shape[:3])
   if g.ndim == 4:
-    shifted = jnp.take_along_axis(g, idx[..., None], axis=2)
-    y["g"] = jnp.where(ok[..., None], shifted, 0.0)
+    y["g"] = jnp.where(ok[..., None], jnp.take_along_axis(g, idx[..., None], axis=2), 0.0)
   else:
     y["g"] = jnp.where(ok, jnp.take_along_axis(g, idx, axis=2), 0.0)
-  for name in ("q", "k", "v", "g", "beta", "a", "b", "ig", "mask"):
-    if name in y:
-      y[name] = jnp.flip(y[name], axis=2)
-  return y
+  return {name: jnp.flip(z, axis=2) for name, z in y.items()}
+
+
+@functools.partial(jax.jit, static_argnames=("vector", "mode", "chunk_size", "sub_chunk_size"))
+def _kernel(x, excl, strict, *, vector, mode, chunk_size, sub_chunk_size):
+  """The recurrence on prepared rows (one compiled program per structure and shape: the decay kinds None, [H]
+  and [B, L, H] share it; inside a caller's jit it is inlined)."""
+  if mode == "recurrent":
+    return _recurrent(x, vector, excl, strict)
+  return _chunk(x, vector, excl, strict, chunk_size, sub_chunk_size)
 
 
 def _mlstm_output(num, den, m, eps):
@@ -461,7 +468,7 @@ def linear_recurrence(
   mode: str = "chunk",
   chunk_size: int = 64,
   normalizer_eps: float = 0.0,
-  sub_chunk_size: int = 16,
+  sub_chunk_size: int = 8,
 ) -> jax.Array:
   """o [B, L, H, V] (q's dtype) of the linear recurrence selected by the optional arguments (module docstring).
 
@@ -473,7 +480,8 @@ def linear_recurrence(
     log_input_gate: None | [B, L, H]: mLSTM's input-gate pre-activation (stabilised exponential gating).
     read: "after" (S_t) or "before" (S_{t-1}).
     mask: None | bool [B, L]; False positions are identity steps with output 0.
-    causal: False adds the backward pass (module docstring, "Bidirectional").
+    causal: False adds the backward pass (module docstring, "Bidirectional"); both passes run as one kernel
+      call over a doubled batch [forward rows; reversed rows].
     mode: "chunk" (chunked-parallel) or "recurrent" (lax.scan reference).
     chunk_size: C of the chunk form.
     normalizer_eps: mLSTM only: added to the denominator max(|n^T q|, exp(-m)) (xLSTM uses 1e-6).
@@ -492,24 +500,26 @@ def linear_recurrence(
       raise ValueError("log_input_gate (mLSTM) goes with the additive update only")
     if log_decay is not None and jnp.ndim(log_decay) == 4:
       raise ValueError("log_input_gate (mLSTM) needs a scalar decay per head: log_decay [H] or [B, L, H]")
-  x = _prepare(q, k, v, log_decay, beta, a, b, log_input_gate, mask)
-  if mode == "recurrent":
-    kernel = _recurrent
-  else:
-    kernel = lambda xx, rd: _chunk(xx, rd, chunk_size, sub_chunk_size)
-  fwd = kernel(x, read)
+  x, vector = _prepare(q, k, v, log_decay, beta, a, b, log_input_gate, mask)
+  bsz = q.shape[0]
+  fwd_excl, fwd_strict = read == "before", read != "after"
+  if causal:
+    excl, strict = jnp.array([fwd_excl] * bsz), jnp.array([fwd_strict] * bsz)
+  else:                                                                 # rows [forward; backward ("mid" read)]
+    rev = _reverse_for_backward(x)
+    x = {name: jnp.concatenate([x[name], rev[name]], axis=0) for name in x}
+    excl = jnp.array([fwd_excl] * bsz + [False] * bsz)
+    strict = jnp.array([fwd_strict] * bsz + [True] * bsz)
+  out = _kernel(x, excl, strict, vector=vector, mode=mode, chunk_size=chunk_size, sub_chunk_size=sub_chunk_size)
   mlstm = log_input_gate is not None
   if causal:
-    o = _mlstm_output(*fwd, normalizer_eps) if mlstm else fwd
+    o = _mlstm_output(*out, normalizer_eps) if mlstm else out
+  elif mlstm:
+    (num_f, num_b), (den_f, den_b), (m_f, m_b) = ((z[:bsz], jnp.flip(z[bsz:], axis=2)) for z in out)
+    mx = jnp.maximum(m_f, m_b)                                          # the common stabiliser
+    wf, wb = jnp.exp(m_f - mx), jnp.exp(m_b - mx)
+    o = _mlstm_output(wf[..., None] * num_f + wb[..., None] * num_b, wf * den_f + wb * den_b, mx, normalizer_eps)
   else:
-    bwd = kernel(_reverse_for_backward(x), "mid")
-    if mlstm:
-      num_b, den_b, m_b = (jnp.flip(t, axis=2) for t in bwd)
-      num_f, den_f, m_f = fwd
-      mx = jnp.maximum(m_f, m_b)
-      wf, wb = jnp.exp(m_f - mx), jnp.exp(m_b - mx)
-      o = _mlstm_output(wf[..., None] * num_f + wb[..., None] * num_b, wf * den_f + wb * den_b, mx, normalizer_eps)
-    else:
-      o = fwd + jnp.flip(bwd, axis=2)
-  o = jnp.where(x["mask"][..., None], o, 0.0)
+    o = out[:bsz] + jnp.flip(out[bsz:], axis=2)
+  o = jnp.where(x["mask"][:bsz, :, :, None], o, 0.0)
   return jnp.swapaxes(o, 1, 2).astype(q.dtype)

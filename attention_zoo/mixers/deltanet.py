@@ -70,6 +70,7 @@ Differences from the original:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import ClassVar
 
@@ -77,120 +78,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attention_zoo.mixers._layer_common import (compute_dtype, default_mask, delta_rule_inputs, finish, fla_linear,
+                                                gather, pack, qkv_conv_state_size, rms_normalize)
 from attention_zoo.mixers._linear_recurrence import linear_recurrence
 from attention_zoo.registry import MixerConfig, register_mixer
-
-L2_EPS = 1e-6  # fla/modules/l2norm.py l2norm_fwd
-
-
-def compute_dtype(x) -> jnp.dtype:
-  """float64 for float64 input, else float32 (bfloat16 and float32 inputs)."""
-  return jnp.float64 if x.dtype == jnp.float64 else jnp.float32
-
-
-def real_first_order(mask):
-  """[B, L] indices that put each row's real positions first (in order), then its padded ones (in order)."""
-  length = mask.shape[1]
-  position = jnp.arange(length)
-  return jnp.argsort(jnp.where(mask, position, position + length), axis=1)
-
-
-def take_rows(x, order):
-  """x [B, L, ...] reordered along L by ``order`` [B, L]."""
-  return jnp.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)), axis=1)
-
-
-def causal_conv(x, kernel):
-  """Depthwise causal convolution ``y_t = Σ_{i<W} kernel_i ⊙ x_{t−W+1+i}`` (zeros before the row starts):
-  x [B, L, C], kernel [W, C] -> [B, L, C] (PyTorch's Conv1d with padding W − 1, the first L outputs)."""
-  width, length = kernel.shape[0], x.shape[1]
-  padded = jnp.pad(x, ((0, 0), (width - 1, 0), (0, 0)))
-  return sum(padded[:, i:i + length] * kernel[i] for i in range(width))
-
-
-def l2_normalize(x, eps=L2_EPS):
-  """``x / sqrt(Σ x² + eps)`` over the last axis (fla ``l2norm``)."""
-  return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
-
-
-def rms_normalize(x, eps):
-  """``x · rsqrt(mean x² + eps)`` over the last axis (fla ``RMSNorm`` before its weight)."""
-  return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
-
-
-def inverse_softplus(y):
-  """softplus⁻¹(y) = y + log(−expm1(−y)) (fla's ``inv_dt``)."""
-  return y + jnp.log(-jnp.expm1(-y))
-
-
-def dt_bias_init(key, shape, dtype=jnp.float32, dt_min=1e-3, dt_max=0.1, floor=1e-4):
-  """Mamba-2's Δ bias: dt = exp(U[log dt_min, log dt_max]) clamped at ``floor``, stored as softplus⁻¹(dt)."""
-  u = jax.random.uniform(key, shape, dtype)
-  dt = jnp.maximum(jnp.exp(u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)), floor)
-  return inverse_softplus(dt)
-
-
-def log_uniform_init(low, high):
-  """Initialiser log(U[low, high)) (fla's ``A_log``)."""
-  def init(key, shape, dtype=jnp.float32):
-    return jnp.log(jax.random.uniform(key, shape, dtype, low, high))
-  return init
-
-
-class ShortConvolution(nn.Module):
-  """fla's ``ShortConvolution``: a depthwise causal convolution over the length axis, then SiLU if
-  ``silu``. Parameters ``kernel`` [W, C] (and ``bias`` [C]), N(0, init_std²) / zeros."""
-
-  width: int
-  use_bias: bool = False
-  silu: bool = True
-  init_std: float = 0.02
-
-  @nn.compact
-  def __call__(self, x):
-    channels = x.shape[-1]
-    kernel = self.param("kernel", nn.initializers.normal(self.init_std), (self.width, channels))
-    y = causal_conv(x, kernel.astype(x.dtype))
-    if self.use_bias:
-      y = y + self.param("bias", nn.initializers.zeros, (channels,)).astype(x.dtype)
-    return jax.nn.silu(y) if self.silu else y
-
-
-def projection(features, std, dtype, name, use_bias=False):
-  """A Dense layer as fla's ``nn.Linear`` under the models' init: kernel N(0, std²), zero bias."""
-  return nn.Dense(features, use_bias=use_bias, kernel_init=nn.initializers.normal(std), dtype=dtype,
-                  param_dtype=jnp.float32, name=name)
-
-
-def project_qkv(x, cfg, key_dim, value_dim, dtype, qk_silu=True):
-  """q [B, L, H·K], k [B, L, H·K], v [B, L, H·V]: the q/k/v projections and their short convolutions
-  (``q_proj``/``q_conv1d`` ...), as fla's layers; without ``use_short_conv`` SiLU on the projections."""
-  std = cfg.initializer_range
-  out = []
-  for name, features, silu in (("q", key_dim, qk_silu), ("k", key_dim, qk_silu), ("v", value_dim, True)):
-    u = projection(features, std, dtype, f"{name}_proj")(x)
-    if cfg.use_short_conv:
-      u = ShortConvolution(cfg.conv_size, cfg.conv_bias, silu, std, name=f"{name}_conv1d")(u)
-    elif silu:
-      u = jax.nn.silu(u)
-    out.append(u)
-  return out
-
-
-def packed_rows(x, mask):
-  """(x, mask, inverse): each row with its real positions first (``real_first_order``); ``take_rows(y,
-  inverse)`` restores the original order of an output computed on the packed rows."""
-  order = real_first_order(mask)
-  inverse = jnp.argsort(order, axis=1)
-  packed_mask = jnp.take_along_axis(mask, order, axis=1)
-  return jnp.where(packed_mask[..., None], take_rows(x, order), 0), packed_mask, inverse
-
-
-def finish(y, mask, inverse, x_dtype, dropout_rate, deterministic):
-  """The packed output back in row order, dropout, zeros at padded positions, cast to the input's dtype."""
-  y = take_rows(y, inverse)
-  y = nn.Dropout(dropout_rate)(y, deterministic=deterministic)
-  return jnp.where(mask[..., None], y, 0).astype(x_dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,9 +142,7 @@ class DeltaNetConfig(MixerConfig):
     (H, K, V) from :meth:`dims`; W = conv_size.
     """
     del length
-    heads, k, v = self.dims(d_model)
-    conv = (self.conv_size - 1) * heads * (2 * k + v) if self.use_short_conv else 0
-    return heads * k * v + conv
+    return qkv_conv_state_size(*self.dims(d_model), self.conv_size, self.use_short_conv)
 
 
 @register_mixer("deltanet", DeltaNetConfig)
@@ -267,35 +156,17 @@ class DeltaNet(nn.Module):
     cfg = self.config
     batch, length, d_model = x.shape
     dtype = compute_dtype(x)
-    if mask is None:
-      mask = jnp.ones((batch, length), bool)
+    mask = default_mask(x, mask)
     heads, dk, dv = cfg.dims(d_model)
-    h, packed_mask, inverse = packed_rows(x.astype(dtype), mask)
+    linear = functools.partial(fla_linear, dtype=dtype, std=cfg.initializer_range, param_dtype=jnp.float32)
+    h, packed_mask, dest = pack(x.astype(dtype), mask)
 
-    q, k, v = project_qkv(h, cfg, heads * dk, heads * dv, dtype, qk_silu=cfg.qk_activation == "silu")
-    q, k = (u.reshape(batch, length, heads, dk) for u in (q, k))
-    v = v.reshape(batch, length, heads, dv)
-    if cfg.qk_activation == "relu":
-      q, k = jax.nn.relu(q), jax.nn.relu(k)
-    elif cfg.qk_activation == "elu":
-      q, k = jax.nn.elu(q) + 1, jax.nn.elu(k) + 1
-    if cfg.qk_norm == "l2":
-      q, k = l2_normalize(q), l2_normalize(k)
-    else:
-      q, k = q / q.sum(-1, keepdims=True), k / k.sum(-1, keepdims=True)
-
-    if cfg.use_beta:
-      beta = jax.nn.sigmoid(projection(heads, cfg.initializer_range, dtype, "b_proj")(h))
-    else:
-      beta = jnp.ones((batch, length, heads), dtype)
-    if cfg.allow_neg_eigval:
-      beta = 2 * beta
-
+    q, k, v, beta = delta_rule_inputs(h, cfg, heads, dk, dv, dtype, cfg.qk_activation, cfg.qk_norm, cfg.use_beta)
     o = linear_recurrence(q * dk**-0.5, k, v, beta=beta, mask=packed_mask, causal=cfg.causal, mode=cfg.mode,
                           chunk_size=cfg.chunk_size)  # [B, L, H, V]
     o = rms_normalize(o, cfg.norm_eps) * self.param("o_norm", nn.initializers.ones, (dv,)).astype(dtype)
     if cfg.use_gate:
-      g = projection(heads * dv, cfg.initializer_range, dtype, "g_proj")(h).reshape(batch, length, heads, dv)
+      g = linear(heads * dv, "g_proj")(h).reshape(batch, length, heads, dv)
       o = o * jax.nn.silu(g)
-    y = projection(d_model, cfg.initializer_range, dtype, "o_proj")(o.reshape(batch, length, heads * dv))
-    return finish(y, mask, inverse, x.dtype, cfg.dropout_rate, deterministic)
+    y = linear(d_model, "o_proj")(o.reshape(batch, length, heads * dv))
+    return finish(gather(y, dest), mask, x.dtype, cfg.dropout_rate, deterministic)

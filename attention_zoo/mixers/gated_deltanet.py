@@ -15,7 +15,7 @@ Equations (one layer, input ``x [B, L, D]``; per head, state ``S [K, V]``, ``S_0
     o_t    = S_tᵀ (K^−½ q_t)                              [B, L, H, V]
     y      = (RMSNorm_V(o) ⊙ w ⊙ silu(x W_g)) W_o         [B, L, D]      (use_gate; RMSNorm_V(o) ⊙ w without)
 
-``conv_W`` is the depthwise causal convolution of width W (``deltanet.causal_conv``). The recurrence runs in the
+``conv_W`` is the depthwise causal convolution of width W (``_layer_common.short_conv``). The recurrence runs in the
 shared engine (``linear_recurrence`` with ``log_decay`` [B, L, H] and ``beta``; ``mode`` "chunk" is its
 chunked WY/UT form, "recurrent" the token-by-token scan).
 
@@ -67,38 +67,18 @@ Differences from the original:
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attention_zoo.mixers._layer_common import (compute_dtype, default_mask, delta_rule_inputs, dt_bias_init, finish,
+                                                fla_linear, gather, key_heads, log_uniform_init, pack,
+                                                qkv_conv_state_size, rms_normalize, value_head_dim)
 from attention_zoo.mixers._linear_recurrence import linear_recurrence
-from attention_zoo.mixers.deltanet import (compute_dtype, dt_bias_init, finish, l2_normalize, log_uniform_init,
-                                           packed_rows, project_qkv, projection, rms_normalize)
 from attention_zoo.registry import MixerConfig, register_mixer
-
-
-def derive_heads(key_dim: int, max_head_dim: int, num_heads: int | None, head_dim: int | None) -> tuple[int, int]:
-  """(H, K) for a key dim ``key_dim``: both given → as given; one given → the other = key_dim // it (at least
-  1); neither → H = ⌈key_dim / max_head_dim⌉, K = key_dim // H."""
-  if num_heads is not None and head_dim is not None:
-    return num_heads, head_dim
-  if num_heads is not None:
-    return num_heads, max(1, key_dim // num_heads)
-  if head_dim is not None:
-    return max(1, key_dim // head_dim), head_dim
-  heads = -(-key_dim // max_head_dim)
-  return heads, key_dim // heads
-
-
-def value_head_dim(head_dim: int, expand_v: float, layer: str) -> int:
-  """V = K·expand_v, which must be an integer (fla's check)."""
-  dv = int(round(head_dim * expand_v))
-  if not math.isclose(head_dim * expand_v, dv, rel_tol=1e-5) or dv < 1:
-    raise ValueError(f"{layer}: expand_v={expand_v} × head dim {head_dim} is not a positive integer")
-  return dv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +115,7 @@ class GatedDeltaNetConfig(MixerConfig):
 
   def dims(self, d_model: int) -> tuple[int, int, int]:
     """(H, K, V) at width ``d_model``: key dim int(0.75·D), K ≤ 256 (module docstring), V = expand_v·K."""
-    heads, dk = derive_heads(max(1, int(0.75 * d_model)), 256, self.num_heads, self.head_dim)
+    heads, dk = key_heads(max(1, int(0.75 * d_model)), 256, self.num_heads, self.head_dim)
     return heads, dk, value_head_dim(dk, self.expand_v, "gated_deltanet")
 
   def state_size(self, length: int, d_model: int) -> int:
@@ -145,9 +125,7 @@ class GatedDeltaNetConfig(MixerConfig):
     (H, K, V) from :meth:`dims`; W = conv_size.
     """
     del length
-    heads, k, v = self.dims(d_model)
-    conv = (self.conv_size - 1) * heads * (2 * k + v) if self.use_short_conv else 0
-    return heads * k * v + conv
+    return qkv_conv_state_size(*self.dims(d_model), self.conv_size, self.use_short_conv)
 
 
 @register_mixer("gated_deltanet", GatedDeltaNetConfig)
@@ -161,29 +139,22 @@ class GatedDeltaNet(nn.Module):
     cfg = self.config
     batch, length, d_model = x.shape
     dtype = compute_dtype(x)
-    if mask is None:
-      mask = jnp.ones((batch, length), bool)
+    mask = default_mask(x, mask)
     heads, dk, dv = cfg.dims(d_model)
-    h, packed_mask, inverse = packed_rows(x.astype(dtype), mask)
+    linear = functools.partial(fla_linear, dtype=dtype, std=cfg.initializer_range, param_dtype=jnp.float32)
+    h, packed_mask, dest = pack(x.astype(dtype), mask)
 
-    q, k, v = project_qkv(h, cfg, heads * dk, heads * dv, dtype)
-    q = l2_normalize(q.reshape(batch, length, heads, dk))
-    k = l2_normalize(k.reshape(batch, length, heads, dk))
-    v = v.reshape(batch, length, heads, dv)
-
-    beta = jax.nn.sigmoid(projection(heads, cfg.initializer_range, dtype, "b_proj")(h))  # [B, L, H]
-    if cfg.allow_neg_eigval:
-      beta = 2 * beta
+    q, k, v, beta = delta_rule_inputs(h, cfg, heads, dk, dv, dtype)  # [B, L, H, K] ×2, [B, L, H, V], [B, L, H]
     a_log = self.param("ssm_A_log", log_uniform_init(0.0, 16.0), (heads,)).astype(dtype)
-    dt_bias = self.param("ssm_dt_bias", dt_bias_init, (heads,)).astype(dtype)
-    a = projection(heads, cfg.initializer_range, dtype, "a_proj")(h)
+    dt_bias = self.param("ssm_dt_bias", dt_bias_init(), (heads,)).astype(dtype)
+    a = linear(heads, "a_proj")(h)
     log_decay = -jnp.exp(a_log) * jax.nn.softplus(a + dt_bias)  # [B, L, H]
 
     o = linear_recurrence(q * dk**-0.5, k, v, log_decay=log_decay, beta=beta, mask=packed_mask,
                           causal=cfg.causal, mode=cfg.mode, chunk_size=cfg.chunk_size)  # [B, L, H, V]
     o = rms_normalize(o, cfg.norm_eps) * self.param("o_norm", nn.initializers.ones, (dv,)).astype(dtype)
     if cfg.use_gate:
-      g = projection(heads * dv, cfg.initializer_range, dtype, "g_proj")(h).reshape(batch, length, heads, dv)
+      g = linear(heads * dv, "g_proj")(h).reshape(batch, length, heads, dv)
       o = o * jax.nn.silu(g)
-    y = projection(d_model, cfg.initializer_range, dtype, "o_proj")(o.reshape(batch, length, heads * dv))
-    return finish(y, mask, inverse, x.dtype, cfg.dropout_rate, deterministic)
+    y = linear(d_model, "o_proj")(o.reshape(batch, length, heads * dv))
+    return finish(gather(y, dest), mask, x.dtype, cfg.dropout_rate, deterministic)

@@ -65,39 +65,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attention_zoo.mixers._layer_common import (check_mode, common_heads, compute_dtype, default_mask, finish,
+                                                fla_gated_output, fla_linear, masked_input)
 from attention_zoo.mixers._linear_recurrence import linear_recurrence
 from attention_zoo.registry import MixerConfig, register_mixer
-
-MODES = ("chunk", "recurrent")
-INIT_STD = 0.02  # fla's ``initializer_range``
-
-
-def derive_heads(max_heads: int, *dims: int, even: int | None = None) -> int:
-  """The largest h in 1..max_heads dividing every one of ``dims``; with ``even`` (a dim), h also keeps
-  ``even // h`` even when some h allows it (RoPE rotates pairs)."""
-  candidates = [h for h in range(max(1, max_heads), 0, -1) if all(d % h == 0 for d in dims)]
-  if even is not None:
-    paired = [h for h in candidates if (even // h) % 2 == 0]
-    if paired:
-      return paired[0]
-  return candidates[0]
-
-
-def compute_dtype(x: jax.Array):
-  """float64 for float64 inputs, float32 otherwise (bfloat16 included)."""
-  return jnp.float64 if x.dtype == jnp.float64 else jnp.float32
-
-
-def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
-  """x / sqrt(mean(x², last axis) + eps) ⊙ weight (fla's RMSNorm, no bias)."""
-  return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps) * weight
-
-
-def dense(features: int, name: str, dtype, use_bias: bool = False) -> nn.Dense:
-  """fla's Linear as fla's models initialise it: weight ~ N(0, 0.02²), bias 0."""
-  return nn.Dense(features, use_bias=use_bias, kernel_init=nn.initializers.normal(INIT_STD),
-                  bias_init=nn.initializers.zeros, dtype=dtype, param_dtype=dtype, name=name)
-
 
 @dataclasses.dataclass(frozen=True)
 class GLAConfig(MixerConfig):
@@ -131,8 +102,7 @@ class GLAConfig(MixerConfig):
   family: ClassVar[str] = "linear-recurrent"
 
   def __post_init__(self):
-    if self.mode not in MODES:
-      raise ValueError(f"GLA: mode must be one of {MODES}, got {self.mode!r}")
+    check_mode("GLA", self.mode)
     if self.num_heads < 1 or self.chunk_size < 1 or self.gate_low_rank_dim < 1:
       raise ValueError("GLA: num_heads, chunk_size and gate_low_rank_dim must be positive")
 
@@ -140,7 +110,7 @@ class GLAConfig(MixerConfig):
     """(H, K, V): heads and per-head key / value dims at width ``d_model``."""
     key_dim = max(1, int(d_model * self.expand_k))
     value_dim = max(1, int(d_model * self.expand_v))
-    heads = derive_heads(self.num_heads, key_dim, value_dim)
+    heads = common_heads(self.num_heads, key_dim, value_dim)
     return heads, key_dim // heads, value_dim // heads
 
   def state_size(self, length: int, d_model: int) -> int:
@@ -164,26 +134,19 @@ class GLA(nn.Module):
     batch, length, d_model = x.shape
     dtype = compute_dtype(x)
     heads, k_dim, v_dim = cfg.dims(d_model)
-    if mask is None:
-      mask = jnp.ones((batch, length), bool)
-    u = jnp.where(mask[..., None], x, 0).astype(dtype)
+    mask = default_mask(x, mask)
+    u = masked_input(x, mask, dtype)
 
-    q = dense(heads * k_dim, "q_proj", dtype)(u).reshape(batch, length, heads, k_dim)
-    k = dense(heads * k_dim, "k_proj", dtype)(u).reshape(batch, length, heads, k_dim)
-    v = dense(heads * v_dim, "v_proj", dtype)(u).reshape(batch, length, heads, v_dim)
-    gk = dense(cfg.gate_low_rank_dim, "gk_proj_0", dtype)(u)
-    gk = dense(heads * k_dim, "gk_proj_1", dtype, use_bias=True)(gk).reshape(batch, length, heads, k_dim)
+    q = fla_linear(heads * k_dim, "q_proj", dtype)(u).reshape(batch, length, heads, k_dim)
+    k = fla_linear(heads * k_dim, "k_proj", dtype)(u).reshape(batch, length, heads, k_dim)
+    v = fla_linear(heads * v_dim, "v_proj", dtype)(u).reshape(batch, length, heads, v_dim)
+    gk = fla_linear(cfg.gate_low_rank_dim, "gk_proj_0", dtype)(u)
+    gk = fla_linear(heads * k_dim, "gk_proj_1", dtype, use_bias=True)(gk).reshape(batch, length, heads, k_dim)
     log_decay = jax.nn.log_sigmoid(gk) / cfg.gate_logit_normalizer
     if cfg.clamp_min is not None:
       log_decay = jnp.maximum(log_decay, cfg.clamp_min)
 
     o = linear_recurrence(q * k_dim ** -0.5, k, v, log_decay=log_decay, mask=mask, causal=cfg.causal,
                           mode=cfg.mode, chunk_size=cfg.chunk_size)                      # [B, L, H, V]
-    norm_weight = self.param("g_norm_weight", nn.initializers.ones, (v_dim,), dtype)
-    o = rms_norm(o.astype(dtype), norm_weight, cfg.norm_eps)
-    if cfg.use_output_gate:
-      g = dense(heads * v_dim, "g_proj", dtype)(u).reshape(batch, length, heads, v_dim)
-      o = o * jax.nn.silu(g)
-    y = dense(d_model, "o_proj", dtype)(o.reshape(batch, length, heads * v_dim))
-    y = nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
-    return jnp.where(mask[..., None], y, 0).astype(x.dtype)
+    y = fla_gated_output(self, o, u, d_model, dtype, cfg.norm_eps, cfg.use_output_gate)
+    return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)

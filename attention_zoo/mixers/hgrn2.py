@@ -75,8 +75,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attention_zoo.mixers._layer_common import (check_mode, compute_dtype, default_mask, finish, fla_linear,
+                                                largest_divisor, masked_input, rms_normalize)
 from attention_zoo.mixers._linear_recurrence import linear_recurrence
-from attention_zoo.mixers.gla import MODES, compute_dtype, dense, rms_norm
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
@@ -103,8 +104,7 @@ class HGRN2Config(MixerConfig):
   family: ClassVar[str] = "linear-recurrent"
 
   def __post_init__(self):
-    if self.mode not in MODES:
-      raise ValueError(f"HGRN2: mode must be one of {MODES}, got {self.mode!r}")
+    check_mode("HGRN2", self.mode)
     if self.expand_ratio < 1 or self.chunk_size < 1:
       raise ValueError("HGRN2: expand_ratio and chunk_size must be positive")
     if not 0.0 <= self.lower_bound < 1.0:
@@ -112,7 +112,7 @@ class HGRN2Config(MixerConfig):
 
   def dims(self, d_model: int) -> tuple[int, int, int]:
     """(H, K, V): heads, forget dim and input dim per head at width ``d_model`` (K = V = E)."""
-    expand = max(e for e in range(1, min(self.expand_ratio, d_model) + 1) if d_model % e == 0)
+    expand = largest_divisor(d_model, self.expand_ratio)
     heads = d_model // expand
     return heads, expand, d_model // heads
 
@@ -135,13 +135,12 @@ class HGRN2(nn.Module):
     batch, length, d_model = x.shape
     dtype = compute_dtype(x)
     heads, k_dim, v_dim = cfg.dims(d_model)
-    if mask is None:
-      mask = jnp.ones((batch, length), bool)
-    u = jnp.where(mask[..., None], x, 0).astype(dtype)
+    mask = default_mask(x, mask)
+    u = masked_input(x, mask, dtype)
 
-    q = jax.nn.silu(dense(heads * k_dim, "q_proj", dtype)(u)).reshape(batch, length, heads, k_dim)
-    f = dense(heads * k_dim, "f_proj", dtype)(u).reshape(batch, length, heads, k_dim)
-    v = dense(heads * v_dim, "i_proj", dtype)(u).reshape(batch, length, heads, v_dim)
+    q = jax.nn.silu(fla_linear(heads * k_dim, "q_proj", dtype)(u)).reshape(batch, length, heads, k_dim)
+    f = fla_linear(heads * k_dim, "f_proj", dtype)(u).reshape(batch, length, heads, k_dim)
+    v = fla_linear(heads * v_dim, "i_proj", dtype)(u).reshape(batch, length, heads, v_dim)
     beta = cfg.lower_bound
     log_decay = jax.nn.log_sigmoid(f)
     k = jax.nn.sigmoid(-f)                                                              # 1 − σ(f)
@@ -152,7 +151,6 @@ class HGRN2(nn.Module):
     o = linear_recurrence(q * k_dim ** -0.5, k, v, log_decay=log_decay, mask=mask, causal=cfg.causal,
                           mode=cfg.mode, chunk_size=cfg.chunk_size)                      # [B, L, H, V]
     norm_weight = self.param("g_norm_weight", nn.initializers.ones, (d_model,), dtype)
-    o = rms_norm(o.astype(dtype).reshape(batch, length, heads * v_dim), norm_weight, cfg.norm_eps)
-    y = dense(d_model, "o_proj", dtype)(o)
-    y = nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
-    return jnp.where(mask[..., None], y, 0).astype(x.dtype)
+    o = rms_normalize(o.astype(dtype).reshape(batch, length, heads * v_dim), cfg.norm_eps) * norm_weight
+    y = fla_linear(d_model, "o_proj", dtype)(o)
+    return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)

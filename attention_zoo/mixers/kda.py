@@ -16,7 +16,7 @@ Equations (one layer, input ``x [B, L, D]``; per head, state ``S [K, V]``, ``S_0
     y      = (RMSNorm_V(o) ⊙ w ⊙ sigmoid(x W_g↓ W_g↑ + b_g)) W_o               [B, L, D]
 
 ``W_f↓`` [D, R], ``W_f↑`` [R, H·K], ``W_g↓`` [D, R], ``W_g↑`` [R, H·V] (+ bias b_g) are the low-rank gate and
-output-gate projections. ``conv_W`` is the depthwise causal convolution of width W (``deltanet.causal_conv``).
+output-gate projections. ``conv_W`` is the depthwise causal convolution of width W (``_layer_common.short_conv``).
 The recurrence runs in the shared engine (``linear_recurrence`` with ``log_decay`` [B, L, H, K] and ``beta``;
 ``mode`` "chunk" is its chunked form, "recurrent" the token-by-token scan).
 
@@ -72,16 +72,17 @@ Differences from the original:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attention_zoo.mixers._layer_common import (compute_dtype, default_mask, delta_rule_inputs, dt_bias_init, finish,
+                                                fla_linear, gather, key_heads, log_uniform_init, pack,
+                                                qkv_conv_state_size, rms_normalize, value_head_dim)
 from attention_zoo.mixers._linear_recurrence import linear_recurrence
-from attention_zoo.mixers.deltanet import (compute_dtype, dt_bias_init, finish, l2_normalize, log_uniform_init,
-                                           packed_rows, project_qkv, projection, rms_normalize)
-from attention_zoo.mixers.gated_deltanet import derive_heads, value_head_dim
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
@@ -117,7 +118,7 @@ class KDAConfig(MixerConfig):
 
   def dims(self, d_model: int) -> tuple[int, int, int]:
     """(H, K, V) at width ``d_model``: key dim D, K ≤ 128 (module docstring), V = expand_v·K."""
-    heads, dk = derive_heads(max(1, d_model), 128, self.num_heads, self.head_dim)
+    heads, dk = key_heads(max(1, d_model), 128, self.num_heads, self.head_dim)
     return heads, dk, value_head_dim(dk, self.expand_v, "kda")
 
   def state_size(self, length: int, d_model: int) -> int:
@@ -127,9 +128,7 @@ class KDAConfig(MixerConfig):
     (H, K, V) from :meth:`dims`; W = conv_size.
     """
     del length
-    heads, k, v = self.dims(d_model)
-    conv = (self.conv_size - 1) * heads * (2 * k + v) if self.use_short_conv else 0
-    return heads * k * v + conv
+    return qkv_conv_state_size(*self.dims(d_model), self.conv_size, self.use_short_conv)
 
 
 @register_mixer("kda", KDAConfig)
@@ -143,30 +142,22 @@ class KDA(nn.Module):
     cfg = self.config
     batch, length, d_model = x.shape
     dtype = compute_dtype(x)
-    if mask is None:
-      mask = jnp.ones((batch, length), bool)
+    mask = default_mask(x, mask)
     heads, dk, dv = cfg.dims(d_model)
-    std = cfg.initializer_range
-    h, packed_mask, inverse = packed_rows(x.astype(dtype), mask)
+    linear = functools.partial(fla_linear, dtype=dtype, std=cfg.initializer_range, param_dtype=jnp.float32)
+    h, packed_mask, dest = pack(x.astype(dtype), mask)
 
-    q, k, v = project_qkv(h, cfg, heads * dk, heads * dv, dtype)
-    q = l2_normalize(q.reshape(batch, length, heads, dk))
-    k = l2_normalize(k.reshape(batch, length, heads, dk))
-    v = v.reshape(batch, length, heads, dv)
-
-    beta = jax.nn.sigmoid(projection(heads, std, dtype, "b_proj")(h))  # [B, L, H]
-    if cfg.allow_neg_eigval:
-      beta = 2 * beta
-    f = projection(heads * dk, std, dtype, "f_proj_1")(projection(dv, std, dtype, "f_proj_0")(h))
+    q, k, v, beta = delta_rule_inputs(h, cfg, heads, dk, dv, dtype)  # [B, L, H, K] ×2, [B, L, H, V], [B, L, H]
+    f = linear(heads * dk, "f_proj_1")(linear(dv, "f_proj_0")(h))
     a_log = self.param("ssm_A_log", log_uniform_init(1.0, 16.0), (heads,)).astype(dtype)
-    dt_bias = self.param("ssm_dt_bias", dt_bias_init, (heads * dk,)).astype(dtype)
+    dt_bias = self.param("ssm_dt_bias", dt_bias_init(), (heads * dk,)).astype(dtype)
     log_decay = (-jnp.exp(a_log)[:, None]
                  * jax.nn.softplus((f + dt_bias).reshape(batch, length, heads, dk)))  # [B, L, H, K]
 
     o = linear_recurrence(q * dk**-0.5, k, v, log_decay=log_decay, beta=beta, mask=packed_mask,
                           causal=cfg.causal, mode=cfg.mode, chunk_size=cfg.chunk_size)  # [B, L, H, V]
-    g = projection(heads * dv, std, dtype, "g_proj_1", use_bias=True)(projection(dv, std, dtype, "g_proj_0")(h))
+    g = linear(heads * dv, "g_proj_1", use_bias=True)(linear(dv, "g_proj_0")(h))
     o = rms_normalize(o, cfg.norm_eps) * self.param("o_norm", nn.initializers.ones, (dv,)).astype(dtype)
     o = o * jax.nn.sigmoid(g.reshape(batch, length, heads, dv))
-    y = projection(d_model, std, dtype, "o_proj")(o.reshape(batch, length, heads * dv))
-    return finish(y, mask, inverse, x.dtype, cfg.dropout_rate, deterministic)
+    y = linear(d_model, "o_proj")(o.reshape(batch, length, heads * dv))
+    return finish(gather(y, dest), mask, x.dtype, cfg.dropout_rate, deterministic)

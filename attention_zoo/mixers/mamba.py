@@ -58,7 +58,7 @@ Defaults and initialisation from ``mamba_ssm/modules/mamba_simple.py`` (``Mamba.
   original's split exactly.
 
 Padding (mask False): the row is packed first — its real tokens moved, in order, to the front
-(:func:`pack_rows`), the padding behind them — and unpacked at the end, so padding anywhere in the row
+(``_layer_common.pack_rows``), the padding behind them — and unpacked at the end, so padding anywhere in the row
 (the tail or the middle) acts as if it were not there:
 
 - the convolution input u is zeroed at the padded slots, so the causal convolution of a real token
@@ -104,9 +104,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attention_zoo.mixers._layer_common import (MODES, check_mode, compute_dtype, default_mask, dt_bias_init, finish,
+                                                pack, short_conv, uniform, unpack)
 from attention_zoo.registry import MixerConfig, register_mixer
-
-MODES = ("chunk", "recurrent")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,54 +162,6 @@ class MambaConfig(MixerConfig):
     Independent of the length. Zoology counts 2·d_model·d_state for its Mamba (the scan state only)."""
     del length
     return self.inner_width(d_model) * (self.d_state + self.d_conv - 1)
-
-
-def pack_rows(mask):
-  """Where each token goes when a row's real tokens are moved, in order, to its front.
-
-  Args:
-    mask: bool [B, L], True at real tokens.
-  Returns:
-    (src, dest, packed_mask): int [B, L] ``src[b, i]`` the position whose token lands in slot i,
-    int [B, L] ``dest[b, t]`` the slot of position t (its inverse), bool [B, L] the packed mask
-    (``i < number of real tokens``). ``gather(x, src)`` packs, ``gather(y, dest)`` unpacks.
-  """
-  real = mask.astype(jnp.int32)
-  count = jnp.sum(real, axis=1, keepdims=True)
-  dest = jnp.where(mask, jnp.cumsum(real, axis=1) - 1, count + jnp.cumsum(1 - real, axis=1) - 1)
-  rows = jnp.arange(mask.shape[0])[:, None]
-  src = jnp.zeros_like(dest).at[rows, dest].set(jnp.broadcast_to(jnp.arange(mask.shape[1]), mask.shape))
-  return src, dest, jnp.arange(mask.shape[1])[None] < count
-
-
-def gather(x, index):
-  """x [B, L, ...] reordered along L: out[b, i] = x[b, index[b, i]]."""
-  return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
-
-
-def short_conv(x, weight, bias=None, reverse=False):
-  """Depthwise convolution over the length, zero outside the sequence.
-
-  Forward: out_t = bias + Σ_k weight[k] ⊙ x_{t−(W−1)+k} (PyTorch's ``conv1d`` with padding W−1, cut to
-  L); ``reverse``: out_t = bias + Σ_k weight[k] ⊙ x_{t+(W−1)−k} (the same conv on the reversed sequence).
-
-  Args:
-    x: [B, L, E]. weight: [W, E]. bias: [E] or None.
-  Returns:
-    [B, L, E].
-  """
-  width, length = weight.shape[0], x.shape[1]
-  out = jnp.zeros_like(x) if bias is None else jnp.broadcast_to(bias, x.shape)
-  for k in range(width):
-    shift = width - 1 - k
-    if shift == 0:
-      moved = x
-    elif reverse:
-      moved = jnp.pad(x, ((0, 0), (0, shift), (0, 0)))[:, shift:shift + length]
-    else:
-      moved = jnp.pad(x, ((0, 0), (shift, 0), (0, 0)))[:, :length]
-    out = out + moved * weight[k]
-  return out
 
 
 def _combine(left, right):
@@ -280,31 +232,11 @@ def selective_scan(u, delta, a, b, c, reverse=False, mode="chunk", chunk_size=64
   raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
 
 
-def uniform(bound):
-  """Initialiser U[−bound, bound]."""
-
-  def init(key, shape, dtype=jnp.float32):
-    return jax.random.uniform(key, shape, dtype, -bound, bound)
-
-  return init
-
-
 def torch_uniform(key, shape, dtype=jnp.float32):
   """PyTorch's default ``nn.Linear`` / ``nn.Conv1d`` weight init of a kernel whose first axis is the fan-in
   (flax's [in, out] Dense kernel; the [W, E] depthwise kernel): U[−1/√fan_in, 1/√fan_in]
   (kaiming_uniform with a = √5). PyTorch draws the biases from the same range."""
   return uniform(shape[0] ** -0.5)(key, shape, dtype)
-
-
-def dt_bias_init(dt_min, dt_max, floor):
-  """Δ bias: softplus⁻¹(dt), dt log-uniform on [dt_min, dt_max], clamped to ≥ floor."""
-
-  def init(key, shape, dtype=jnp.float32):
-    dt = jnp.exp(jax.random.uniform(key, shape, dtype) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
-    dt = jnp.maximum(dt, floor)
-    return dt + jnp.log(-jnp.expm1(-dt))
-
-  return init
 
 
 @functools.partial(jax.jit, static_argnames=("d_state", "dt_rank", "bidirectional", "mode", "chunk_size"))
@@ -314,9 +246,8 @@ def mamba_block(p, x, mask, *, d_state, dt_rank, bidirectional, mode="chunk", ch
 
   Returns [B, L, D], zero at padded positions (before the module's dropout).
   """
-  src, dest, packed = pack_rows(mask)
+  xp, packed, dest = pack(x, mask)                                  # real tokens first, padding behind
   keep = packed[..., None]
-  xp = gather(jnp.where(mask[..., None], x, 0), src)              # real tokens first, padding behind
   xz = jnp.einsum("bld,df->blf", xp, p["in_proj_kernel"]) + p.get("in_proj_bias", 0)
   u, z = jnp.split(xz, 2, axis=-1)                                  # [B, L, E] each
   u = jnp.where(keep, u, 0)                                         # the convolutions read no padded slot
@@ -336,7 +267,7 @@ def mamba_block(p, x, mask, *, d_state, dt_rank, bidirectional, mode="chunk", ch
   if bidirectional:
     y = y + direction("_b", True)
   out = jnp.einsum("ble,ed->bld", y * nn.silu(z), p["out_proj_kernel"]) + p.get("out_proj_bias", 0)
-  return jnp.where(mask[..., None], gather(out, dest), 0)
+  return unpack(out, dest, mask)
 
 
 @register_mixer("mamba", MambaConfig)
@@ -349,13 +280,12 @@ class Mamba(nn.Module):
   @nn.compact
   def __call__(self, x, mask, deterministic=True):
     cfg = self.config
-    if cfg.mode not in MODES:
-      raise ValueError(f"unknown mode {cfg.mode!r}; expected one of {MODES}")
+    check_mode("mamba", cfg.mode)
     if cfg.dt_init not in ("random", "constant"):
       raise ValueError(f"unknown dt_init {cfg.dt_init!r}; expected 'random' or 'constant'")
     d_model = x.shape[-1]
     e, n, r, w = cfg.inner_width(d_model), cfg.d_state, cfg.rank(d_model), cfg.d_conv
-    real = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    real = compute_dtype(x)
     p = {}
 
     def param(name, init, shape):
@@ -380,8 +310,7 @@ class Mamba(nn.Module):
     param("out_proj_kernel", torch_uniform, (e, d_model))
     if cfg.bias:
       param("out_proj_bias", uniform(e ** -0.5), (d_model,))
-    if mask is None:
-      mask = jnp.ones(x.shape[:2], bool)
-    out = mamba_block(p, x.astype(real), mask.astype(bool), d_state=n, dt_rank=r, bidirectional=bidirectional,
+    mask = default_mask(x, mask)
+    out = mamba_block(p, x.astype(real), mask, d_state=n, dt_rank=r, bidirectional=bidirectional,
                       mode=cfg.mode, chunk_size=cfg.chunk_size)
-    return nn.Dropout(cfg.dropout_rate)(out, deterministic=deterministic).astype(x.dtype)
+    return finish(out, mask, x.dtype, cfg.dropout_rate, deterministic)

@@ -78,15 +78,16 @@ convolution's last W − 1 inputs (mamba_ssm's cache allocates W columns, the ne
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attention_zoo.mixers._layer_common import (check_mode, compute_dtype, default_mask, dt_bias_init, finish,
+                                                largest_divisor, log_uniform_init, masked_input, rms_normalize,
+                                                short_conv_real, uniform)
 from attention_zoo.mixers._linear_recurrence import linear_recurrence
-from attention_zoo.mixers.gla import MODES, compute_dtype
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
@@ -127,8 +128,7 @@ class Mamba2Config(MixerConfig):
 
   def __post_init__(self):
     object.__setattr__(self, "A_init_range", tuple(float(a) for a in self.A_init_range))  # a list from a CLI
-    if self.mode not in MODES:
-      raise ValueError(f"Mamba2: mode must be one of {MODES}, got {self.mode!r}")
+    check_mode("Mamba2", self.mode)
     if min(self.d_state, self.d_conv, self.expand, self.headdim, self.ngroups, self.chunk_size) < 1:
       raise ValueError("Mamba2: d_state, d_conv, expand, headdim, ngroups and chunk_size must be positive")
     lo, hi = self.A_init_range
@@ -140,7 +140,7 @@ class Mamba2Config(MixerConfig):
   def dims(self, d_model: int) -> tuple[int, int, int]:
     """(E, H, P): inner width, heads and head dim at width ``d_model``."""
     d_inner = self.expand * d_model
-    headdim = max(p for p in range(1, min(self.headdim, d_inner) + 1) if d_inner % p == 0)
+    headdim = largest_divisor(d_inner, self.headdim)
     heads = d_inner // headdim
     if heads % self.ngroups:
       raise ValueError(f"Mamba2: ngroups ({self.ngroups}) must divide the head count ({heads}) at d_model "
@@ -154,55 +154,6 @@ class Mamba2Config(MixerConfig):
     del length
     d_inner, _, _ = self.dims(d_model)
     return d_inner * self.d_state + (self.d_conv - 1) * (d_inner + 2 * self.ngroups * self.d_state)
-
-
-def pack_real(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(order, rank) for mask [B, L]: ``order`` [B, L] lists each row's real positions first (in order) then its
-  padded ones; ``rank`` [B, L] is each position's index among its row's real tokens (clipped at 0)."""
-  length = mask.shape[1]
-  index = jnp.arange(length)
-  order = jnp.argsort(jnp.where(mask, index, length + index), axis=1)
-  rank = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
-  return order, rank
-
-
-def causal_conv_real(xs: jax.Array, mask: jax.Array, kernel: jax.Array, bias: jax.Array | None) -> jax.Array:
-  """Depthwise causal convolution over each row's real tokens: xs [B, L, C], kernel [W, C] -> [B, L, C] with
-  out_t = Σ_j kernel_j ⊙ xs_(real token W−1−j places before t) + bias (zeros before the row's first real token;
-  the module docstring). Values at padded positions are meaningless (the caller masks them)."""
-  width = kernel.shape[0]
-  length = xs.shape[1]
-  order, rank = pack_real(mask)
-  packed_mask = jnp.take_along_axis(mask, order, axis=1)
-  packed = jnp.where(packed_mask[..., None], jnp.take_along_axis(xs, order[..., None], axis=1), 0)
-  padded = jnp.pad(packed, ((0, 0), (width - 1, 0), (0, 0)))
-  out = sum(kernel[j] * padded[:, j:j + length] for j in range(width))
-  if bias is not None:
-    out = out + bias
-  return jnp.take_along_axis(out, rank[..., None], axis=1)
-
-
-def torch_uniform(bound: float):
-  """U(−bound, bound) initialiser (PyTorch's default Linear / Conv1d init with bound 1/√fan_in)."""
-  def init(key, shape, dtype=jnp.float32):
-    return jax.random.uniform(key, shape, dtype, -bound, bound)
-  return init
-
-
-def dt_bias_init(dt_min: float, dt_max: float, floor: float):
-  """softplus⁻¹(Δ0), Δ0 = max(exp(U[log dt_min, log dt_max]), floor) (mamba_ssm's dt init)."""
-  def init(key, shape, dtype=jnp.float32):
-    dt = jnp.exp(jax.random.uniform(key, shape, dtype, math.log(dt_min), math.log(dt_max)))
-    dt = jnp.maximum(dt, floor)
-    return dt + jnp.log(-jnp.expm1(-dt))
-  return init
-
-
-def a_log_init(lo: float, hi: float):
-  """log A, A ~ U[lo, hi]."""
-  def init(key, shape, dtype=jnp.float32):
-    return jnp.log(jax.random.uniform(key, shape, dtype, lo, hi))
-  return init
 
 
 @register_mixer("mamba2", Mamba2Config)
@@ -219,16 +170,15 @@ class Mamba2(nn.Module):
     d_inner, heads, headdim = cfg.dims(d_model)
     n, groups, width = cfg.d_state, cfg.ngroups, cfg.d_conv
     conv_dim = d_inner + 2 * groups * n
-    if mask is None:
-      mask = jnp.ones((batch, length), bool)
-    u = jnp.where(mask[..., None], x, 0).astype(dtype)
+    mask = default_mask(x, mask)
+    u = masked_input(x, mask, dtype)
 
     zxbcdt = nn.Dense(2 * d_inner + 2 * groups * n + heads, use_bias=False, dtype=dtype, param_dtype=dtype,
-                      kernel_init=torch_uniform(d_model ** -0.5), name="in_proj")(u)
+                      kernel_init=uniform(d_model ** -0.5), name="in_proj")(u)
     z, xbc, dt = jnp.split(zxbcdt, [d_inner, d_inner + conv_dim], axis=-1)
-    kernel = self.param("conv1d_kernel", torch_uniform(width ** -0.5), (width, conv_dim), dtype)
-    bias = self.param("conv1d_bias", torch_uniform(width ** -0.5), (conv_dim,), dtype) if cfg.conv_bias else None
-    xbc = jax.nn.silu(causal_conv_real(xbc, mask, kernel, bias))
+    kernel = self.param("conv1d_kernel", uniform(width ** -0.5), (width, conv_dim), dtype)
+    bias = self.param("conv1d_bias", uniform(width ** -0.5), (conv_dim,), dtype) if cfg.conv_bias else None
+    xbc = jax.nn.silu(short_conv_real(xbc, mask, kernel, bias))
     xs, b_in, c_in = jnp.split(xbc, [d_inner, d_inner + groups * n], axis=-1)
     xs = xs.reshape(batch, length, heads, headdim)
     per_group = heads // groups
@@ -236,7 +186,7 @@ class Mamba2(nn.Module):
     c_in = jnp.repeat(c_in.reshape(batch, length, groups, n), per_group, axis=2)          # [B, L, H, N]
 
     dt_bias = self.param("ssm_dt_bias", dt_bias_init(cfg.dt_min, cfg.dt_max, cfg.dt_init_floor), (heads,), dtype)
-    a_log = self.param("ssm_A_log", a_log_init(*cfg.A_init_range), (heads,), dtype)
+    a_log = self.param("ssm_A_log", log_uniform_init(*cfg.A_init_range), (heads,), dtype)
     d_skip = self.param("D", nn.initializers.ones, (heads,), dtype)
     delta = jax.nn.softplus(dt + dt_bias)                                                 # [B, L, H]
     log_decay = delta * -jnp.exp(a_log)                                                   # Δ·A [B, L, H]
@@ -245,11 +195,9 @@ class Mamba2(nn.Module):
                           mode=cfg.mode, chunk_size=cfg.chunk_size)                        # [B, L, H, P]
     y = y.astype(dtype) + d_skip[:, None] * xs
     y = y.reshape(batch, length, d_inner) * jax.nn.silu(z)
-    y = y.reshape(batch, length, groups, d_inner // groups)
-    y = y * jax.lax.rsqrt(jnp.mean(jnp.square(y), axis=-1, keepdims=True) + cfg.norm_eps)
+    y = rms_normalize(y.reshape(batch, length, groups, d_inner // groups), cfg.norm_eps)
     norm_weight = self.param("norm_weight", nn.initializers.ones, (d_inner,), dtype)
     y = y.reshape(batch, length, d_inner) * norm_weight
     out = nn.Dense(d_model, use_bias=False, dtype=dtype, param_dtype=dtype,
-                   kernel_init=torch_uniform(d_inner ** -0.5), name="out_proj")(y)
-    out = nn.Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
-    return jnp.where(mask[..., None], out, 0).astype(x.dtype)
+                   kernel_init=uniform(d_inner ** -0.5), name="out_proj")(y)
+    return finish(out, mask, x.dtype, cfg.dropout_rate, deterministic)

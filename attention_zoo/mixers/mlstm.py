@@ -99,10 +99,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attention_zoo.mixers._layer_common import (check_mode, compute_dtype, default_mask, finish, group_normalize,
+                                                masked_input, short_conv_real, uniform)
 from attention_zoo.mixers._linear_recurrence import linear_recurrence
 from attention_zoo.registry import MixerConfig, register_mixer
-
-MODES = ("chunk", "recurrent")
 
 # The engine compiled as one program: called op by op (outside an enclosing jit), each of its many small ops
 # would otherwise be dispatched and compiled on its own. Inside a jit it is inlined.
@@ -144,8 +144,7 @@ class MLSTMConfig(MixerConfig):
   family: ClassVar[str] = "linear-recurrent"
 
   def __post_init__(self):
-    if self.mode not in MODES:
-      raise ValueError(f"mLSTM: mode must be one of {MODES}, got {self.mode!r}")
+    check_mode("mLSTM", self.mode)
     if self.chunk_size < 1 or self.num_heads < 1 or self.qkv_proj_blocksize < 1:
       raise ValueError("mLSTM: chunk_size, num_heads and qkv_proj_blocksize must be positive")
     if self.conv1d_kernel_size < 0 or self.round_proj_up_to_multiple_of < 1:
@@ -190,34 +189,6 @@ def linspace_init(start: float, end: float):
   return lambda _key, shape, dtype=jnp.float32: jnp.linspace(start, end, shape[0], dtype=dtype)
 
 
-def uniform_init(bound: float):
-  """U(−bound, bound) (torch's Conv1d default with bound 1/√fan_in)."""
-  return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
-
-
-def packed_causal_conv(x, mask, kernel, bias):
-  """Depthwise causal conv over the real tokens of each row only.
-
-  The real tokens of a row are packed to its front (in order), convolved (``y_s = b + Σ_w kernel[w] ⊙
-  packed[s − (W−1) + w]``, zeros before the first token: torch's ``Conv1d(padding=W−1)`` cut to length, so
-  ``kernel[W−1]`` weighs the current token) and put back at their positions; padded positions get 0.
-
-  Args:
-    x: [B, L, E]; mask: bool [B, L]; kernel: [W, E]; bias: [E].
-  Returns:
-    [B, L, E].
-  """
-  b, length, _ = x.shape
-  width = kernel.shape[0]
-  slot = jnp.where(mask, jnp.cumsum(mask, axis=1) - 1, length)  # rank among the real tokens; padded: dropped
-  rows = jnp.arange(b)[:, None]
-  packed = jnp.zeros_like(x).at[rows, slot].set(x, mode="drop")                  # [B, L, E]
-  padded = jnp.pad(packed, ((0, 0), (width - 1, 0), (0, 0)))                    # [B, W-1+L, E]
-  y = bias + sum(padded[:, w:w + length] * kernel[w] for w in range(width))      # [B, L, E]
-  out = jnp.take_along_axis(y, jnp.minimum(slot, length - 1)[..., None], axis=1)
-  return jnp.where(mask[..., None], out, 0)
-
-
 class HeadwiseLinear(nn.Module):
   """Block-diagonal linear map (``LinearHeadwiseExpand`` with expand factor 1): the E features split into J
   blocks of Q, each mapped by its own [Q, Q] weight (stored [J, Q_out, Q_in]); ``init_dim`` sets the
@@ -240,14 +211,6 @@ class HeadwiseLinear(nn.Module):
     return y
 
 
-def multihead_layer_norm(h, weight, eps=1e-5):
-  """Group norm per head over K (``MultiHeadLayerNorm``: mean and biased variance, scale 1 + weight, no
-  bias). h [B, L, H, K], weight [H·K] -> [B, L, H, K]."""
-  mean = jnp.mean(h, axis=-1, keepdims=True)
-  var = jnp.mean(jnp.square(h - mean), axis=-1, keepdims=True)
-  return (h - mean) * jax.lax.rsqrt(var + eps) * (1.0 + weight.reshape(h.shape[-2:]))
-
-
 @register_mixer("mlstm", MLSTMConfig)
 class MLSTM(nn.Module):
   """The mLSTM layer (``mLSTMLayer``): up-projection, conv + SiLU, block-diagonal q/k/v, the mLSTM cell with
@@ -262,21 +225,18 @@ class MLSTM(nn.Module):
     inner = cfg.inner_dim(d)
     heads = cfg.num_heads
     k_dim = inner // heads
-    real = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
-    if mask is None:
-      mask = jnp.ones((b, length), bool)
-    mask = jnp.asarray(mask, bool)
-    keep = mask[..., None]
-    u = jnp.where(keep, x, 0).astype(real)
+    real = compute_dtype(x)
+    mask = default_mask(x, mask)
+    u = masked_input(x, mask, real)
 
     up = nn.Dense(2 * inner, use_bias=cfg.bias, dtype=real, kernel_init=small_init(d), name="proj_up")(u)
     x_m, z = up[..., :inner], up[..., inner:]                                        # [B, L, E] each
 
     if cfg.conv1d_kernel_size > 0:
       width = cfg.conv1d_kernel_size
-      kernel = self.param("conv1d_kernel", uniform_init(width ** -0.5), (width, inner))
-      bias = self.param("conv1d_bias", uniform_init(width ** -0.5), (inner,))
-      conv = packed_causal_conv(x_m, mask, kernel.astype(real), bias.astype(real))
+      kernel = self.param("conv1d_kernel", uniform(width ** -0.5), (width, inner))
+      bias = self.param("conv1d_bias", uniform(width ** -0.5), (inner,))
+      conv = short_conv_real(x_m, mask, kernel.astype(real), bias.astype(real))
     else:
       conv = x_m
     c = jax.nn.silu(conv)
@@ -298,10 +258,11 @@ class MLSTM(nn.Module):
         causal=cfg.causal, mode=cfg.mode, chunk_size=cfg.chunk_size, normalizer_eps=cfg.eps)  # [B, L, H, K]
 
     norm_weight = self.param("outnorm_weight", nn.initializers.zeros, (inner,))
-    h = multihead_layer_norm(h_tilde.astype(real), norm_weight.astype(real)).reshape(b, length, inner)
+    # MultiHeadLayerNorm: a group norm per head over K, eps 1e-5, scale 1 + weight, no bias
+    h = group_normalize(h_tilde.astype(real), 1e-5) * (1.0 + norm_weight.astype(real).reshape(heads, k_dim))
+    h = h.reshape(b, length, inner)
     skip = self.param("learnable_skip", nn.initializers.ones, (inner,))
     h = (h + skip.astype(real) * c) * jax.nn.silu(z)
 
     y = nn.Dense(d, use_bias=cfg.bias, dtype=real, kernel_init=wang_init(d, cfg.num_blocks), name="proj_down")(h)
-    y = nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
-    return jnp.where(keep, y, 0).astype(x.dtype)
+    return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)

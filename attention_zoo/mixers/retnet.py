@@ -80,8 +80,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attention_zoo.mixers._layer_common import (check_mode, common_heads, compute_dtype, default_mask, finish,
+                                                fla_gated_output, fla_linear, masked_input)
 from attention_zoo.mixers._linear_recurrence import linear_recurrence
-from attention_zoo.mixers.gla import MODES, compute_dtype, dense, derive_heads, rms_norm
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
@@ -129,8 +130,7 @@ class RetNetConfig(MixerConfig):
   family: ClassVar[str] = "linear-recurrent"
 
   def __post_init__(self):
-    if self.mode not in MODES:
-      raise ValueError(f"RetNet: mode must be one of {MODES}, got {self.mode!r}")
+    check_mode("RetNet", self.mode)
     if self.num_heads < 1 or self.chunk_size < 1:
       raise ValueError("RetNet: num_heads and chunk_size must be positive")
 
@@ -138,7 +138,7 @@ class RetNetConfig(MixerConfig):
     """(H, K, V): heads and per-head key / value dims at width ``d_model``."""
     key_dim = max(1, int(d_model * self.expand_k))
     value_dim = max(1, int(d_model * self.expand_v))
-    heads = derive_heads(self.num_heads, key_dim, value_dim, even=key_dim)
+    heads = common_heads(self.num_heads, key_dim, value_dim, even=key_dim)
     return heads, key_dim // heads, value_dim // heads
 
   def state_size(self, length: int, d_model: int) -> int:
@@ -162,24 +162,17 @@ class RetNet(nn.Module):
     batch, length, d_model = x.shape
     dtype = compute_dtype(x)
     heads, k_dim, v_dim = cfg.dims(d_model)
-    if mask is None:
-      mask = jnp.ones((batch, length), bool)
-    u = jnp.where(mask[..., None], x, 0).astype(dtype)
+    mask = default_mask(x, mask)
+    u = masked_input(x, mask, dtype)
     positions = jnp.cumsum(mask, axis=1) - 1                                             # [B, L] real-token index
 
-    q = dense(heads * k_dim, "q_proj", dtype)(u).reshape(batch, length, heads, k_dim)
-    k = dense(heads * k_dim, "k_proj", dtype)(u).reshape(batch, length, heads, k_dim)
-    v = dense(heads * v_dim, "v_proj", dtype)(u).reshape(batch, length, heads, v_dim)
+    q = fla_linear(heads * k_dim, "q_proj", dtype)(u).reshape(batch, length, heads, k_dim)
+    k = fla_linear(heads * k_dim, "k_proj", dtype)(u).reshape(batch, length, heads, k_dim)
+    v = fla_linear(heads * v_dim, "v_proj", dtype)(u).reshape(batch, length, heads, v_dim)
     q, k = rotary(q, positions, cfg.rope_base), rotary(k, positions, cfg.rope_base)
     log_decay = jnp.asarray(retention_log_decay(heads), dtype)                          # [H]
 
     o = linear_recurrence(q * k_dim ** -0.5, k, v, log_decay=log_decay, mask=mask, causal=cfg.causal,
                           mode=cfg.mode, chunk_size=cfg.chunk_size)                      # [B, L, H, V]
-    norm_weight = self.param("g_norm_weight", nn.initializers.ones, (v_dim,), dtype)
-    o = rms_norm(o.astype(dtype), norm_weight, cfg.norm_eps)
-    if cfg.use_output_gate:
-      g = dense(heads * v_dim, "g_proj", dtype)(u).reshape(batch, length, heads, v_dim)
-      o = o * jax.nn.silu(g)
-    y = dense(d_model, "o_proj", dtype)(o.reshape(batch, length, heads * v_dim))
-    y = nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
-    return jnp.where(mask[..., None], y, 0).astype(x.dtype)
+    y = fla_gated_output(self, o, u, d_model, dtype, cfg.norm_eps, cfg.use_output_gate)
+    return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)

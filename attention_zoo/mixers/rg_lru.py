@@ -63,7 +63,7 @@ Defaults and initialisation (``recurrentgemma/jax/modules.py`` ``RecurrentBlock`
 - ``a_param`` is named ``ssm_a_param`` (``ssm_a_param_b``): the harness's SSM group
   (``lra_bench.training.optim``; used only when a recipe sets ``ssm_learning_rate``).
 
-Padding (mask False): the row is packed (``attention_zoo/mixers/mamba.py`` ``pack_rows``: real tokens to
+Padding (mask False): the row is packed (``attention_zoo/mixers/_layer_common.py`` ``pack``: real tokens to
 the front, in order) and unpacked at the end, and the convolution input is zeroed at the padded slots, so
 the convolution of a real token reads the K−1 previous (reverse: next) real tokens and zeros past the
 row's ends — the window of the row with its padding removed; at padded slots a = 1 and the input is 0, so
@@ -105,10 +105,10 @@ import jax
 import jax.numpy as jnp
 
 from attention_zoo.mixers import _scan
-from attention_zoo.mixers.mamba import gather, pack_rows, short_conv
+from attention_zoo.mixers._layer_common import (check_mode, compute_dtype, default_mask, finish, largest_divisor, pack,
+                                                short_conv, unpack)
 from attention_zoo.registry import MixerConfig, register_mixer
 
-MODES = ("chunk", "recurrent")
 GATE_SCALE = 8.0  # c in log a_t = −c·r_t·softplus(Λ) (``RGLRU.__call__``)
 MAX_SQRT_GRADIENT = 1000.0  # ``sqrt_bound_derivative(1 - a_squared, 1000)``
 HEAD_WIDTH = 256  # the RecurrentGemma presets' gate block width (width / num_heads)
@@ -152,7 +152,7 @@ class RGLRUConfig(MixerConfig):
       if width % self.num_heads:
         raise ValueError(f"num_heads={self.num_heads} does not divide lru_width={width}")
       return self.num_heads
-    return max(h for h in range(1, max(1, width // HEAD_WIDTH) + 1) if width % h == 0)
+    return largest_divisor(width, width // HEAD_WIDTH)
 
   def state_size(self, length: int, d_model: int) -> int:
     """lru_width·conv_width: the RG-LRU state h [W] and the conv_width − 1 previous convolution inputs
@@ -211,11 +211,10 @@ def recurrent_block(p, x, mask, *, bidirectional, mode="chunk"):
 
   Returns [B, L, D], zero at padded positions (before the module's dropout).
   """
-  src, dest, packed = pack_rows(mask)
+  xp, packed, dest = pack(x, mask)                                    # real tokens first, padding behind
   keep = packed[..., None]
   first_real = jnp.arange(x.shape[1])[None] == 0                                  # [1, L]
   last_real = jnp.arange(x.shape[1])[None] == jnp.sum(packed, axis=1, keepdims=True) - 1  # [B, L]
-  xp = gather(jnp.where(mask[..., None], x, 0), src)                  # real tokens first, padding behind
   y = nn.gelu(jnp.einsum("bld,dw->blw", xp, p["linear_y_kernel"]) + p["linear_y_bias"])
   v = jnp.einsum("bld,dw->blw", xp, p["linear_x_kernel"]) + p["linear_x_bias"]
   v = jnp.where(keep, v, 0)                                           # the convolutions read no padded slot
@@ -238,7 +237,7 @@ def recurrent_block(p, x, mask, *, bidirectional, mode="chunk"):
   if bidirectional:
     h = h + direction("_b", True)
   out = jnp.einsum("blw,wd->bld", h * y, p["linear_out_kernel"]) + p["linear_out_bias"]
-  return jnp.where(mask[..., None], gather(out, dest), 0)
+  return unpack(out, dest, mask)
 
 
 @register_mixer("rg_lru", RGLRUConfig)
@@ -252,12 +251,11 @@ class RGLRU(nn.Module):
   @nn.compact
   def __call__(self, x, mask, deterministic=True):
     cfg = self.config
-    if cfg.mode not in MODES:
-      raise ValueError(f"unknown mode {cfg.mode!r}; expected one of {MODES}")
+    check_mode("rg_lru", cfg.mode)
     d_model = x.shape[-1]
     width, heads = cfg.width(d_model), cfg.heads(d_model)
     block = width // heads
-    real = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    real = compute_dtype(x)
     p = {}
 
     def param(name, init, shape):
@@ -277,7 +275,6 @@ class RGLRU(nn.Module):
       param(f"ssm_a_param{suffix}", a_param_init(cfg.min_rad, cfg.max_rad), (width,))
     param("linear_out_kernel", fan_in_normal(cfg.final_w_init_variance_scale), (width, d_model))
     param("linear_out_bias", zeros, (d_model,))
-    if mask is None:
-      mask = jnp.ones(x.shape[:2], bool)
-    out = recurrent_block(p, x.astype(real), mask.astype(bool), bidirectional=bidirectional, mode=cfg.mode)
-    return nn.Dropout(cfg.dropout_rate)(out, deterministic=deterministic).astype(x.dtype)
+    mask = default_mask(x, mask)
+    out = recurrent_block(p, x.astype(real), mask, bidirectional=bidirectional, mode=cfg.mode)
+    return finish(out, mask, x.dtype, cfg.dropout_rate, deterministic)

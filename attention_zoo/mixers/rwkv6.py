@@ -31,7 +31,7 @@ r, k, v, w, flipped), both reading before writing, and the bonus counts token t 
 so the weight between t and j is the product of the decays strictly between them in both directions. This is
 Vision-RWKV-6's "Bi-WKV" (``OpenGVLab/Vision-RWKV`` ``classification/mmcls_custom/models/backbones/cuda_v6/
 wkv6_cuda.cu`` ``kernel_forward``: a loop from the end that adds r·state before writing, then the forward
-loop with the bonus). It is two causal calls of the engine (:func:`both_ways`), not the engine's own
+loop with the bonus). It is two causal calls of the engine (``_layer_common.both_ways``), not the engine's own
 ``causal=False``, whose backward pass gives token t the next token's decay (a LION-style mask, with the
 decay of the far end j included backward but not forward).
 
@@ -102,14 +102,13 @@ import math
 from typing import ClassVar
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers._linear_recurrence import linear_recurrence
+from attention_zoo.mixers._layer_common import (both_ways, check_mode, compute_dtype, default_mask, finish, group_norm,
+                                                masked_input, ramp, rwkv_heads, rwkv_state_size, token_shift, uniform,
+                                                xavier_uniform_fla)
 from attention_zoo.registry import MixerConfig, register_mixer
-
-MODES = ("chunk", "recurrent")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,71 +139,7 @@ class RWKV6Config(MixerConfig):
     last real token, D floats); K the head dim derived from d_model (module docstring). Independent of the
     length."""
     del length
-    _, k = heads(d_model, self.head_dim)
-    return d_model * k + d_model
-
-
-def both_ways(cfg, mask, read: str, **arrays):
-  """The engine's causal recurrence (``read``, ``cfg.mode``, ``cfg.chunk_size``) on [B, L, ...] ``arrays`` (q,
-  k, v, log_decay, a, b); with ``cfg.causal`` False plus the same recurrence on the reversed row, flipped back
-  (token t is then in both passes with read="after", in neither with read="before")."""
-  def run(m, **z):
-    return linear_recurrence(**z, read=read, mask=m, causal=True, mode=cfg.mode, chunk_size=cfg.chunk_size)
-
-  o = run(mask, **arrays)
-  if cfg.causal:
-    return o
-  flip = lambda z: jnp.flip(z, axis=1)
-  return o + flip(run(flip(mask), **{name: flip(z) for name, z in arrays.items()}))
-
-
-def heads(d_model: int, head_dim: int) -> tuple[int, int]:
-  """(H, K): K = head_dim when it divides d_model; else H = max(1, d_model // head_dim) lowered until it
-  divides d_model, K = d_model / H."""
-  h = max(1, d_model // max(1, head_dim))
-  while d_model % h:
-    h -= 1
-  return h, d_model // h
-
-
-def token_shift(x, mask, causal: bool, block: int):
-  """x' [B, L, D]: the previous real token of each position (zero if none), skipping padded positions.
-
-  With ``causal=False``, in each block of ``block`` channels the first ⌈block/2⌉ take the previous real
-  token and the rest the next real token (zero if none): Vision-RWKV's q-shift on one axis.
-  """
-  _, length, d = x.shape
-  pos = jnp.arange(length)
-  last_real = jax.lax.cummax(jnp.where(mask, pos, -1), axis=1)  # [B, L]: last real index <= t
-  prev = jnp.concatenate([jnp.full_like(last_real[:, :1], -1), last_real[:, :-1]], axis=1)
-  shifted = _gather(x, prev, prev >= 0)
-  if causal:
-    return shifted
-  first_real = jax.lax.cummin(jnp.where(mask, pos, length), axis=1, reverse=True)  # first real index >= t
-  nxt = jnp.concatenate([first_real[:, 1:], jnp.full_like(first_real[:, :1], length)], axis=1)
-  from_next = _gather(x, nxt, nxt < length)
-  backward_channels = (jnp.arange(d) % block) >= (block + 1) // 2
-  return jnp.where(backward_channels, from_next, shifted)
-
-
-def _gather(x, index, valid):
-  """x[b, index[b, l], :] where ``valid``, else 0."""
-  index = jnp.clip(index, 0, x.shape[1] - 1)
-  taken = jnp.take_along_axis(x, index[..., None], axis=1)
-  return jnp.where(valid[..., None], taken, 0)
-
-
-def group_norm(o, scale, bias, eps):
-  """GroupNorm with one group per head: o [B, L, H, V] normalised over V, then ⊙ scale + bias ([H·V])."""
-  mean = jnp.mean(o, axis=-1, keepdims=True)
-  var = jnp.mean(jnp.square(o - mean), axis=-1, keepdims=True)
-  normed = (o - mean) * jax.lax.rsqrt(var + eps)
-  return normed.reshape(*o.shape[:-2], -1) * scale + bias
-
-
-def ramp(d: int) -> np.ndarray:
-  """ddd_i = i / D [D] (RWKV-LM's channel ramp)."""
-  return np.arange(d, dtype=np.float64) / d
+    return rwkv_state_size(d_model, self.head_dim)
 
 
 def time_maa_init(power: float, offset: float = 0.0):
@@ -227,17 +162,6 @@ def time_faaaa_init(_key, shape, dtype=jnp.float32, ratio_0_to_1: float = 0.0):
   return jnp.asarray((ratio_0_to_1 * (1 - n / max(n.size - 1, 1)) + zigzag).reshape(shape), dtype)
 
 
-def uniform(bound: float):
-  """U(−bound, bound)."""
-  def init(key, shape, dtype=jnp.float32):
-    return jax.random.uniform(key, shape, dtype, -bound, bound)
-  return init
-
-
-# fla's ``xavier_uniform_(gain=2 ** -2.5)``: variance_scaling with scale = gain², fan_avg, uniform.
-xavier_uniform_fla = nn.initializers.variance_scaling(2.0 ** -5, "fan_avg", "uniform")
-
-
 @register_mixer("rwkv6", RWKV6Config)
 class RWKV6(nn.Module):
   """RWKV-6 time mixing (module docstring): x [B, L, D], mask [B, L] -> [B, L, D]."""
@@ -247,16 +171,13 @@ class RWKV6(nn.Module):
   @nn.compact
   def __call__(self, x, mask, deterministic=True):
     cfg = self.config
-    if cfg.mode not in MODES:
-      raise ValueError(f"rwkv6: mode must be one of {MODES}, got {cfg.mode!r}")
+    check_mode("rwkv6", cfg.mode)
     b, length, d = x.shape
-    h, kd = heads(d, cfg.head_dim)
-    real = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
-    if mask is None:
-      mask = jnp.ones((b, length), bool)
-    mask = jnp.asarray(mask, bool)
+    h, kd = rwkv_heads(d, cfg.head_dim)
+    real = compute_dtype(x)
+    mask = default_mask(x, mask)
     keep = mask[..., None]
-    xs = jnp.where(keep, x, 0).astype(real)
+    xs = masked_input(x, mask, real)
 
     p = lambda name, init, shape: self.param(name, init, shape).astype(real)
     maa_x = p("time_maa_x", time_maa_init(1.0), (d,))
@@ -293,5 +214,4 @@ class RWKV6(nn.Module):
     o = o + jnp.einsum("blhk,hk,blhk->blh", r, bonus, k)[..., None] * v             # the bonus, token t
     o = jnp.where(keep[..., None], o, 0)
     y = dense("output", xavier_uniform_fla, group_norm(o, ln_scale, ln_bias, cfg.norm_eps) * g)
-    y = nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
-    return jnp.where(keep, y, 0).astype(x.dtype)
+    return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)

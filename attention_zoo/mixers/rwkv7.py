@@ -33,7 +33,7 @@ x^v V_1 V_2))``); the first layer sets ``v_first = v`` and has no value LoRA. A 
 receives no ``v_first``, so every layer here is a first layer: ``v_first = v``, no value LoRA.
 
 Bidirectional mode (``causal=False``): the same recurrence runs on the row and on the reversed row (the same
-r, w, k̃, v, κ, a, flipped; ``rwkv6.both_ways``), both reading after writing, and token t's own write, counted
+r, w, k̃, v, κ, a, flipped; ``_layer_common.both_ways``), both reading after writing, and token t's own write, counted
 by both, is subtracted once:
 
     o_t = r_tᵀ S^f_t + r_tᵀ S^b_t − (r_t · k̃_t) v_t,   S^b_t = (diag(w_t) − (κ_t ⊙ a_t) κ_tᵀ) S^b_{t+1} + k̃_t v_tᵀ
@@ -45,10 +45,10 @@ bonus is added once. This is two causal calls of the engine, not the engine's ow
 backward pass gives token t the next token's decay but its own a, b.
 
 Token shift: the previous REAL token (padded positions are skipped: zero before the first real token), and
-in bidirectional mode the channel split of ``rwkv6.token_shift`` (in each block of K channels the first
+in bidirectional mode the channel split of ``_layer_common.token_shift`` (in each block of K channels the first
 ⌈K/2⌉ from the previous real token, the rest from the next real token: Vision-RWKV's q-shift on one axis).
 
-Heads (as ``rwkv6.heads``): ``K = head_dim`` (64, RWKV-LM ``head_size``) when it divides d_model,
+Heads (as ``_layer_common.rwkv_heads``): ``K = head_dim`` (64, RWKV-LM ``head_size``) when it divides d_model,
 otherwise ``H = max(1, D // head_dim)`` lowered until it divides D and K = D / H.
 
 Defaults and initialisation (``BlinkDL/RWKV-LM`` ``RWKV-v7/train_temp/src/model.py`` ``RWKV_Tmix_x070``
@@ -103,8 +103,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers.rwkv6 import (MODES, both_ways, group_norm, heads, ramp, token_shift, uniform,
-                                        xavier_uniform_fla)
+from attention_zoo.mixers._layer_common import (both_ways, check_mode, compute_dtype, default_mask, finish, group_norm,
+                                                masked_input, ramp, rwkv_heads, rwkv_state_size, token_shift, uniform,
+                                                xavier_uniform_fla)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
@@ -136,8 +137,7 @@ class RWKV7Config(MixerConfig):
     last real token, D floats); K the head dim derived from d_model (module docstring). Independent of the
     length."""
     del length
-    _, k = heads(d_model, self.head_dim)
-    return d_model * k + d_model
+    return rwkv_state_size(d_model, self.head_dim)
 
   def ranks(self, d_model: int) -> tuple[int, int, int]:
     """(Q_w, Q_a, Q_g): the configured ranks, or RWKV-LM's max(32, round(c·√D / 32)·32), c = 2.5, 2.5, 5."""
@@ -182,18 +182,15 @@ class RWKV7(nn.Module):
   @nn.compact
   def __call__(self, x, mask, deterministic=True):
     cfg = self.config
-    if cfg.mode not in MODES:
-      raise ValueError(f"rwkv7: mode must be one of {MODES}, got {cfg.mode!r}")
+    check_mode("rwkv7", cfg.mode)
     b, length, d = x.shape
-    h, kd = heads(d, cfg.head_dim)
+    h, kd = rwkv_heads(d, cfg.head_dim)
     q_w, q_a, q_g = cfg.ranks(d)
     eps = kd * 1e-5 if cfg.norm_eps is None else cfg.norm_eps
-    real = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
-    if mask is None:
-      mask = jnp.ones((b, length), bool)
-    mask = jnp.asarray(mask, bool)
+    real = compute_dtype(x)
+    mask = default_mask(x, mask)
     keep = mask[..., None]
-    xs = jnp.where(keep, x, 0).astype(real)
+    xs = masked_input(x, mask, real)
 
     p = lambda name, init, shape: self.param(name, init, shape).astype(real)
     ddd = ramp(d)
@@ -241,5 +238,4 @@ class RWKV7(nn.Module):
     bonus = jnp.einsum("blhk,blhk,hk->blh", r, k, r_k)[..., None] * v                # [B, L, H, V]
     o = group_norm(o, ln_scale, ln_bias, eps) + bonus.reshape(b, length, d)
     y = dense("output", xavier_uniform_fla, o * g)
-    y = nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
-    return jnp.where(keep, y, 0).astype(x.dtype)
+    return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)
