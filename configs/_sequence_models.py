@@ -51,6 +51,12 @@ def mixer_model(c: ml_collections.ConfigDict, task: str, *, mixer: str, layers: 
     c.model.input_kind = "pixels"
 
 
+def text_length(c: ml_collections.ConfigDict, task: str, length: int) -> None:
+  """The recipe's IMDB length (LRA's code config, inherited from configs/lra.py, runs 1 000 bytes)."""
+  if task == "text":
+    c.data.max_length = length
+
+
 def cosine_schedule(c: ml_collections.ConfigDict, *, learning_rate: float, total_steps: int, warmup_steps: int,
                     weight_decay: float, batch_size: int) -> None:
   """Linear warm-up to ``learning_rate`` then one cosine cycle to 0 at ``total_steps`` (the recipes'

@@ -1,9 +1,11 @@
 """The LRU recipe (Orvieto et al. 2023, Table 9 and Appendix D), run with the ``lru`` mixer.
 
-Six layers, BatchNorm before each (prenorm), GLU, no FFN, mean pooling, a linear decoder;
-bidirectional only on Pathfinder and Path-X; AdamW with weight decay 0.05 on everything but the
-recurrence (ν, θ, γ, B), a linear warm-up over 10 % of the steps then a cosine (the paper warms up
-from 1e-7 and decays to 1e-7; here from and to 0).
+A Dense layer on one-hot tokens, six layers, BatchNorm before each (prenorm), GLU, the layer's output added
+to the residual as it is, no FFN, no final norm, mean pooling, a linear decoder (NicolasZucchet/minimal-LRU
+``lru/model.py``: ``StackedEncoderModel``, ``SequenceLayer``); bidirectional only on Pathfinder and Path-X;
+AdamW with weight decay 0.05 on everything but the recurrence (ν, θ, γ, B), a linear warm-up over 10 % of
+the steps then a cosine (the paper warms up from 1e-7 and decays to 1e-7; here from and to 0).
+docs/protocol_differences.md lists what still differs.
 
   lra-bench train --protocol lru --task listops --workdir runs/lru_listops        # lru by default
 """
@@ -31,11 +33,18 @@ BIDIRECTIONAL = ("pathfinder", "pathx")
 # (S5's ListOps rate is 3e-3), to be replaced when read from the paper.
 BASE_LR = 0.004
 WEIGHT_DECAY = 0.05
+# IMDB at minimal-LRU's lru/dataloaders/lra.py l_max 4096 (the S4 loader's default).
+TEXT_LENGTH = 4096
+# SequenceLayer's nn.BatchNorm(use_running_average=..., axis_name="batch"): flax's default momentum 0.99.
+BN_MOMENTUM = 0.99
 
 PUBLISHED_DIFFERENCES = {
     "lru": ("the base learning rate (0.004) is this preset's choice, not read from the paper; warm-up "
             "from 0 and cosine to 0 (the paper: from and to 1e-7); the LRU row's Image column is colour "
-            "sCIFAR, LRA's is grayscale; BatchNorm statistics over real positions only"),
+            "sCIFAR, LRA's is grayscale; BatchNorm statistics and mean pooling over real positions only and "
+            "the scan masked at padding (minimal-LRU runs the padded tail through them); IMDB as LRA's bytes "
+            "(minimal-LRU: characters with a min_freq-15 vocabulary and an EOS token); Retrieval: minimal-LRU "
+            "has no two-input model, this preset's head is the LRA MLP on [u, v, u·v, u−v]"),
 }
 
 
@@ -52,6 +61,12 @@ def get_config(task: str = "listops") -> ml_collections.ConfigDict:
   h, _, total, batch, factor, dropout, *_ = RECIPE[task]
   seq.mixer_model(c, task, mixer=MIXER, layers=6, width=h, norm="batch", prenorm=True, dropout=dropout,
                   head="mlp" if task == "retrieval" else "linear")
+  seq.text_length(c, task, TEXT_LENGTH)
+  c.model.embed_dropout_rate = 0.0          # StackedEncoderModel: no dropout on the encoder's output
+  c.model.residual_dropout = False          # SequenceLayer: x = inputs + x (the layer ends in its own dropout)
+  c.model.final_norm = False                # StackedEncoderModel ends with the last SequenceLayer
+  c.model.token_embedding = "onehot_dense"  # one-hot inputs -> StackedEncoderModel.encoder nn.Dense(d_model)
+  c.model.batch_norm_momentum = BN_MOMENTUM
   seq.cosine_schedule(c, learning_rate=BASE_LR, total_steps=total, warmup_steps=total // 10,
                       weight_decay=WEIGHT_DECAY, batch_size=batch)
   c.optimizer.ssm_learning_rate = BASE_LR * factor

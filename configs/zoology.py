@@ -7,9 +7,12 @@ generator ``zoology/data/multiquery_ar.py`` (docs/generators.md, "Recall tasks")
 - data: vocabulary 8192, (length, kv pairs) in {(64, 4), (128, 8), (256, 16)} (the figure's (512, 64) is
   commented out in the configs at HEAD), 100 000 training and 3 000 test examples, fillers left 0
   (``random_non_queries=False``), power-law gaps with a = 0.01; batch 512 up to length 128, 256 at 256;
-- model: 2 layers, pre-LN, no MLP (``state_mixer`` = Identity in every paper config), one attention head
-  with attention dropout 0.1, learned absolute positions, embedding dropout 0.1, residual dropout 0,
-  tied input/output embedding, N(0, 0.02) embedding init;
+- model: 2 layers, pre-LN, no MLP (``state_mixer`` = Identity in every paper config) — but Zoology's block
+  still adds ``norm2(residual)`` to the residual stream after the sequence mixer (``zoology/model.py``
+  ``TransformerBlock.forward``: ``hidden = state_mixer(norm2(residual))`` becomes the next block's, or
+  ``LMBackbone.forward``'s final, ``residual = dropout(hidden) + residual``): ``model.identity_state_mixer``;
+  one attention head with attention dropout 0.1, learned absolute positions, embedding dropout 0.1,
+  residual dropout 0, tied input/output embedding, N(0, 0.02) embedding init;
 - training: 64 epochs, AdamW (weight decay 0.1; PyTorch's betas and eps), cosine annealing to 0, no
   warm-up; learning rate swept over logspace(-4, -2, 4) and the best final accuracy reported per
   (attention, width, length);
@@ -122,6 +125,7 @@ def mqar(c: ml_collections.ConfigDict) -> None:
   mqar_data(c, length, kv, TRAIN, TEST)
   c.batch_size = batch
   recall_model(c, width=WIDTHS[0], layers=2, heads=1, mlp=False)
+  c.model.identity_state_mixer = True    # TransformerBlock with state_mixer Identity: x + norm2(x) (docstring)
   c.model.dense_init_std = 0.02          # _init_weights: every nn.Linear N(0, initializer_range), bias 0
   c.model.residual_init_rescale = True   # ... out_proj N(0, initializer_range / sqrt(2 n_layers))
   c.model.attention_bias = True          # MHA: Wqkv and out_proj are nn.Linear with bias

@@ -195,3 +195,14 @@ def test_dropout_and_registry():
   assert config.paper_name == "LRU" and config.family == "ssm" and mixer_family("lru") == "ssm"
   assert not config.gated_residual and config.no_causal_form is None
   assert config.state_size(1000, 64) == 512 == mixer_config("lru", d_state=128).state_size(5, 8) * 2
+
+
+@pytest.mark.parametrize("overrides, match", [({"r_min": 0.9, "r_max": 0.5}, "r_min <= r_max"),
+                                              ({"r_max": 1.2}, "r_max <= 1"), ({"r_min": -0.1}, "0 <= r_min"),
+                                              ({"r_min": 1.0, "r_max": 1.0}, "r_min < 1"),
+                                              ({"max_phase": 0.0}, "max_phase")])
+def test_bad_rings_are_refused_when_the_config_is_made(overrides, match):
+  """A ring outside the unit circle used to surface as a NaN at step 1 (γ = √(1 − |λ|²)); r_min > r_max
+  silently drew |λ|² from [r_max², r_min²]."""
+  with pytest.raises(ValueError, match=match):
+    mixer_config("lru", **overrides)

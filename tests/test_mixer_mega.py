@@ -367,3 +367,13 @@ def test_bad_configs_raise():
     init_apply(build("mega", attention_fn="sigmoid"), x, mask, residual)
   with pytest.raises(ValueError, match="beyond max_positions"):
     init_apply(build("mega", max_positions=8), x, mask, residual)
+
+
+def test_bad_sizes_are_refused_when_the_config_is_made():
+  """Checked by the config (so a run's validation refuses them before any data is read), not at the first call."""
+  from attention_zoo import mixer_config
+
+  for name, overrides in (("mega_chunk", {"chunk_size": 0}), ("mega", {"chunk_size": -3}),
+                          ("mega", {"attention_fn": "sigmoid"}), ("mega", {"max_positions": 0})):
+    with pytest.raises(ValueError, match="Mega: "):
+      mixer_config(name, **overrides)

@@ -37,10 +37,11 @@ def run(module, x, mask=None, variables=None, seed=1):
 def numpy_params(params):
   """dt [H], A, B complex [H, N/2], C complex [C, H, N/2], D [H] as float64 numpy."""
   p = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), params)
-  dt = np.exp(p["ssm_log_dt"])
+  dt = np.exp(p["ssm_log_dt"]) if "ssm_log_dt" in p else np.log1p(np.exp(p["ssm_inv_dt"]))  # exp or softplus
   A = -np.exp(p["ssm_log_A_re"]) + 1j * p["ssm_A_im"]
   A = np.concatenate([A] * (len(dt) // len(A)))  # n_ssm copies of A: channel h uses copy h % n_ssm
   B = p["ssm_B"][..., 0] + 1j * p["ssm_B"][..., 1] if "ssm_B" in p else np.ones_like(A)
+  B = np.concatenate([B] * (len(dt) // len(B)))  # the LegS B: one row per copy, like A
   C = p["C"][..., 0] + 1j * p["C"][..., 1]
   return dt, A, B, C, p["D"]
 
@@ -145,7 +146,9 @@ def test_convolution_offsets():
 
 @pytest.mark.parametrize("overrides", [{}, {"postact": "linear", "init": "inv", "disc": "bilinear",
                                             "bidirectional": False, "trainable_B": True},
-                                       {"postact": "none"}, {"n_ssm": 2, "B_init": "random"}])
+                                       {"postact": "none"}, {"n_ssm": 2, "B_init": "random"},
+                                       {"n_ssm": 2, "B_init": "legs", "trainable_B": True,
+                                        "dt_transform": "softplus"}])
 def test_layer_matches_numpy(x64, overrides):
   x = inputs(2, 2, 10, 4)
   module = make(**overrides)
@@ -349,3 +352,43 @@ def test_n_ssm_shares_A_over_channels():
     create_mixer("s4d", d_state=8, n_ssm=4).init(jax.random.PRNGKey(0), x, mask)
   with pytest.raises(ValueError, match="n_ssm"):
     create_mixer("s4d", n_ssm=0)
+
+
+def test_legs_B_is_hippo_nplr_B(x64):
+  """``B_init="legs"``: S4's ``dplr.ssm('legs')`` -> ``hippo.nplr('legs', N, B_clip=2.0)``: B = V*·√(2n+1) in the
+  eigenbasis of A + P Pᵀ (A the LegS matrix, P = √(n + ½)), the modes with Im A < 0 (sorted), Im B clipped to
+  [−2, 2]; stored conjugated beside Im A > 0. Trained (``ssm_B``, one row per copy) with ``trainable_B``."""
+  n = 8
+  q = np.sqrt(1 + 2 * np.arange(n))
+  hippo_A = -(np.tril(np.outer(q, q)) - np.diag(np.arange(n)))   # hippo.transition('legs')
+  p = np.sqrt(0.5 + np.arange(n))                                 # hippo.rank_correction('legs')
+  ap = hippo_A + np.outer(p, p)
+  w_im, v = np.linalg.eigh(ap * -1j)                              # torch.linalg.eigh(AP * -1j): lower triangle
+  order = np.argsort(w_im, kind="stable")
+  v, w_im = v[:, order][:, :n // 2], w_im[order][:n // 2]
+  b = v.conj().T @ q
+  b = b.real + 1j * np.clip(b.imag, -2.0, 2.0)
+  np.testing.assert_allclose(s4d.legs_B(n), np.conj(b), atol=1e-12)
+  np.testing.assert_allclose(s4d.init_A_imag("legs", n), -w_im, atol=1e-12)   # the same modes, same order
+  magnitude = np.abs(s4d.legs_B(64))
+  assert 0.55 < magnitude.min() < 0.65 and 1.95 < magnitude.max() < 2.05   # |B| between ~0.6 and 2
+  x = inputs(0, 1, 5, 4, jnp.float32)
+  params = make(B_init="legs", trainable_B=True, n_ssm=1).init(jax.random.PRNGKey(0), x, jnp.ones((1, 5), bool))
+  B = params["params"]["ssm_B"]
+  assert B.shape == (1, 4, 2)
+  np.testing.assert_allclose(np.asarray(B[0, :, 0]) + 1j * np.asarray(B[0, :, 1]), s4d.legs_B(8), rtol=1e-6)
+  with pytest.raises(ValueError, match="B_init='legs'"):
+    create_mixer("s4d", B_init="legs", init="lin")
+
+
+def test_softplus_dt_transform(x64):
+  """``dt_transform="softplus"`` (S4's layer config): ssm_inv_dt = softplus⁻¹(Δ₀), Δ₀ log-uniform in
+  [dt_min, dt_max]."""
+  x = inputs(0, 1, 5, 64)
+  params = make(dt_transform="softplus", dt_min=1e-3, dt_max=1e-1).init(jax.random.PRNGKey(0), x,
+                                                                          jnp.ones((1, 5), bool))["params"]
+  assert "ssm_log_dt" not in params
+  dt = np.log1p(np.exp(np.asarray(params["ssm_inv_dt"], np.float64)))
+  assert dt.min() >= 1e-3 * (1 - 1e-5) and dt.max() <= 1e-1 * (1 + 1e-5) and dt.max() / dt.min() > 10
+  with pytest.raises(ValueError, match="dt_transform"):
+    create_mixer("s4d", dt_transform="sigmoid")

@@ -56,8 +56,11 @@ def test_followups_say_whether_our_xiong_runs_are_the_same_model():
   ours = {(r[0], r[source]): r[-1] for r in table.rows}
   xiong = {model: cell for (model, src), cell in ours.items() if src == "xiong_2021_table3"}
   assert xiong["Standard"] == "same (`xiong`)" and xiong["Nystromformer"] == "same (`xiong`)"
-  assert xiong["Performer (256)"] == "same (`xiong`)"   # its kernel_type relu never reached the kernel
-  assert xiong["Linformer (k=256)"] == "same (`xiong`)" and xiong["Reformer (2 hashes)"] == "same (`xiong`)"
+  assert xiong["Linformer (k=256)"] == "same (`xiong`)"
+  # reports/cpu_xiong_listops traces these two rows' deltas to details of Xiong et al.'s calls the preset does
+  # not copy (padded keys and the batch-wide stabilizer of performer_pytorch; padding in transformers' buckets)
+  assert xiong["Performer (256)"].startswith("differs (`xiong`)") and "stabilizer" in xiong["Performer (256)"]
+  assert xiong["Reformer (2 hashes)"].startswith("differs (`xiong`)")
   assert ours["FNet", "s4_paper_table4"] == "—"
   # Skyformer's rows (the same 2 x 64 model, 50 000 steps, 128 features): no protocol of ours runs them
   assert ours["Nystromformer", "chen_2021_skyformer"] == "—" and ours["Performer", "chen_2021_skyformer"] == "—"

@@ -102,6 +102,17 @@ class LRUConfig(MixerConfig):
   paper_name: ClassVar[str | None] = "LRU"
   family: ClassVar[str] = "ssm"
 
+  def __post_init__(self):
+    # |λ|² = u (r_max² − r_min²) + r_min², u ~ U[0, 1): a ring inside the unit circle only for
+    # 0 <= r_min <= r_max <= 1 and r_min < 1 (r_max > 1 gives |λ| > 1 and γ = √(1 − |λ|²) a NaN at step 1).
+    if not (0.0 <= self.r_min <= self.r_max <= 1.0 and self.r_min < 1.0):
+      raise ValueError(f"lru: need 0 <= r_min <= r_max <= 1 and r_min < 1 (the ring |λ| ∈ [r_min, r_max] of the "
+                       f"initial eigenvalues), got r_min={self.r_min}, r_max={self.r_max}")
+    if not self.max_phase > 0.0:
+      raise ValueError(f"lru: max_phase must be > 0 (θ_log = log(max_phase · u)), got {self.max_phase}")
+    if self.d_state < 1:
+      raise ValueError(f"lru: d_state must be >= 1, got {self.d_state}")
+
   def state_size(self, length: int, d_model: int) -> int:
     """2·d_state: N complex states (real and imaginary parts) per example and layer."""
     del length, d_model

@@ -142,6 +142,18 @@ class MegaConfig(MixerConfig):
   family = "gated-ema"
   gated_residual = True
 
+  def __post_init__(self):
+    # Checked when the config is made (``lra-bench`` validates a run's config before any data is read).
+    if self.attention_fn not in ATTENTION_FNS:
+      raise ValueError(f"Mega: attention_fn must be one of {ATTENTION_FNS}, got {self.attention_fn!r}")
+    if self.chunk_size is not None and self.chunk_size < 1:
+      raise ValueError(f"Mega: chunk_size must be None or >= 1, got {self.chunk_size}")
+    if self.max_positions < 1:
+      raise ValueError(f"Mega: max_positions must be >= 1, got {self.max_positions}")
+    for name in ("z_dim", "hidden_dim", "ema_dim"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"Mega: {name} must be >= 1, got {getattr(self, name)}")
+
   def state_size(self, length: int, d_model: int) -> int:
     """D·N + S·(Z + V), S = L (mega) or min(L, C) (mega_chunk): causal generation keeps the
     unidirectional EMA state (N per channel) and the keys and values of the positions the next query
@@ -235,11 +247,7 @@ class MovingAverageGatedAttention(nn.Module):
   def __call__(self, x: jax.Array, mask: jax.Array | None = None, deterministic: bool = True,
                residual: jax.Array | None = None) -> jax.Array:
     """x [B, L, D], mask bool [B, L] (True = real token), residual [B, L, D] (None: x) -> [B, L, D]."""
-    c = self.config
-    if c.attention_fn not in ATTENTION_FNS:
-      raise ValueError(f"Mega: attention_fn must be one of {ATTENTION_FNS}, got {c.attention_fn!r}")
-    if c.chunk_size is not None and c.chunk_size < 1:
-      raise ValueError(f"Mega: chunk_size must be None or >= 1, got {c.chunk_size}")
+    c = self.config  # its options were checked when it was made (MegaConfig.__post_init__)
     batch, length, dim = x.shape
     dtype = x.dtype
     mask = _common.default_mask(mask, batch, length)

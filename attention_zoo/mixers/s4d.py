@@ -51,10 +51,20 @@ Differences from the original:
     defaults to a softplus transform); by default every channel has its own A and B (``n_ssm = H``, the
     minimal layer's choice); ``n_ssm`` shares A (and the random B) over the channels as the LRA configs'
     and seq_icl's ``n_ssm: 1`` (Δ stays per channel, as there).
-  - B is fixed to ones by default (the minimal ``s4d.py``); the full kernel trains B (initialised to
-    ones), which ``trainable_B=True`` reproduces (parameter ``ssm_B``); the standalone S4D of S4's
-    repository (and seq_icl's copy) draws B at random and folds it into C, which ``B_init="random"``
-    reproduces.
+  - B is fixed to ones by default (the minimal ``s4d.py``). The full kernel (``SSMKernelDiag``, what the LRA
+    yamls run) trains B at the layer's rate; with ``init: legs`` its initial B is HiPPO-LegS's B in the
+    eigenbasis of the normal part, V*·(√(2n+1))_n with the imaginary part clipped to [−2, 2] (``dplr.ssm`` →
+    ``hippo.nplr(..., B_clip=2.0)``; |B| between about 0.6 and 2 at N = 4 and 64), one row per SSM copy:
+    ``B_init="legs"`` with ``trainable_B=True`` reproduces that (parameter ``ssm_B`` [n_ssm, N/2, 2], stored
+    conjugated like A, see below); ``trainable_B=True`` alone trains a B initialised to ones, one row per
+    channel. The standalone S4D of S4's repository (and seq_icl's copy) draws B at random and folds it into
+    C, which ``B_init="random"`` reproduces.
+  - A is stored with Im A > 0 (the original: Im A < 0, ``A_imag`` = −Im A); the LegS B is conjugated with
+    it, so with C's symmetric distribution the kernels 2 Re(·) are the original's.
+  - ``dt_transform``: Δ = exp(ssm_log_dt) by default (the minimal ``s4d.py``, and the full kernel's
+    ``dt_transform: exp``); ``"softplus"`` stores ``ssm_inv_dt`` = softplus⁻¹(Δ₀) and uses Δ = softplus(·),
+    the default of S4's layer config (``configs/model/layer/s4.yaml`` ``dt_transform: softplus``) that the
+    LRA yamls run.
   - One dropout, after the GELU (as in the minimal ``s4d.py``); the current ``FFTConv`` applies a second,
     untied dropout to y before the activation.
   - The output linear uses flax's default ``Dense`` init (LeCun normal kernel, zero bias) instead of
@@ -81,7 +91,8 @@ from attention_zoo.registry import MixerConfig, register_mixer
 INITS = ("legs", "lin", "inv")
 DISCS = ("zoh", "bilinear")
 POSTACTS = ("glu", "linear", "none")
-B_INITS = ("ones", "random")
+B_INITS = ("ones", "random", "legs")
+DT_TRANSFORMS = ("exp", "softplus")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,12 +112,14 @@ class S4DConfig(MixerConfig):
     out_init_std: None (flax's default init of the output linear, LeCun normal) or the standard
       deviation of a N(0, std²) kernel with a zero bias (seq_icl's models re-initialise every linear
       map N(0, 0.02)).
-    B_init: "ones" (B = 1, the minimal layer's) or "random" (the standalone S4D of S4's repository and
+    B_init: "ones" (B = 1, the minimal layer's), "random" (the standalone S4D of S4's repository and
       seq_icl, ``random_dplr``: B ~ CN(0, 1) per SSM copy, divided by sqrt(2 Σ_n |B_n / A_n|²) at the
-      initial A, and folded into C's initial value, C ← C · B, while B itself stays 1).
+      initial A, and folded into C's initial value, C ← C · B, while B itself stays 1) or "legs" (the full
+      kernel's HiPPO-LegS B, one row per copy: ``legs_B``; trained with ``trainable_B``).
     n_ssm: None (every channel has its own A: n_ssm = H) or the number of copies of A (and of the random
-      B) shared over the channels, channel h using copy h mod n_ssm (the original's ``repeat``); must
-      divide the width. Δ stays per channel.
+      or LegS B) shared over the channels, channel h using copy h mod n_ssm (the original's ``repeat``);
+      must divide the width. Δ stays per channel.
+    dt_transform: "exp" (Δ = exp(ssm_log_dt)) or "softplus" (Δ = softplus(ssm_inv_dt), S4's layer config).
   """
 
   d_state: int = 64
@@ -121,6 +134,7 @@ class S4DConfig(MixerConfig):
   out_init_std: float | None = None
   B_init: str = "ones"
   n_ssm: int | None = None
+  dt_transform: str = "exp"
 
   paper_name: ClassVar[str | None] = "S4D"
   family: ClassVar[str] = "ssm"
@@ -140,6 +154,10 @@ class S4DConfig(MixerConfig):
       raise ValueError(f"s4d: B_init must be one of {', '.join(B_INITS)}; got {self.B_init!r}")
     if self.n_ssm is not None and not (isinstance(self.n_ssm, int) and self.n_ssm >= 1):
       raise ValueError(f"s4d: n_ssm must be a positive integer (or None), got {self.n_ssm!r}")
+    if self.dt_transform not in DT_TRANSFORMS:
+      raise ValueError(f"s4d: dt_transform must be one of {', '.join(DT_TRANSFORMS)}; got {self.dt_transform!r}")
+    if self.B_init == "legs" and self.init != "legs":
+      raise ValueError(f"s4d: B_init='legs' goes with init='legs' (the eigenbasis of LegS's A), got init={self.init!r}")
 
   def state_size(self, length: int, d_model: int) -> int:
     """d_model · d_state: a causal layer keeps N/2 complex modes per channel, i.e. N real scalars per
@@ -156,6 +174,19 @@ def legs_imag(n_state: int) -> np.ndarray:
   s = s - s.T
   imag = np.linalg.eigvalsh(-1j * s)  # eigenvalues of the skew S are i·imag, imag real, ascending
   return -imag[:n_state // 2]  # the negative half, negated: the conjugate pair's positive parts
+
+
+def legs_B(n_state: int, clip: float = 2.0) -> np.ndarray:
+  """complex128 [N/2]: HiPPO-LegS's B = (√(2n+1))_n in the eigenbasis of LegS's normal part, V*·B, for the N/2
+  modes of ``legs_imag`` (same order), imaginary part clipped to [−clip, clip] (``hippo.nplr``, ``B_clip``),
+  conjugated to go with this module's Im A > 0 (the original keeps the modes with Im A < 0)."""
+  r = np.sqrt(2 * np.arange(n_state, dtype=np.float64) + 1)
+  s = -0.5 * np.tril(np.outer(r, r), -1)
+  s = s - s.T                                             # the skew part of A + P Pᵀ (its diagonal is −1/2)
+  imag, v = np.linalg.eigh(-1j * s)                       # ascending: the first N/2 have Im A < 0
+  b = v[:, :n_state // 2].conj().T @ r                    # V* B
+  b = b.real + 1j * np.clip(b.imag, -clip, clip)
+  return np.conj(b)
 
 
 def init_A_imag(init: str, n_state: int) -> np.ndarray:
@@ -244,10 +275,13 @@ class S4D(nn.Module):
     if h % copies:
       raise ValueError(f"s4d: n_ssm={c.n_ssm} must divide the width {h}")
 
-    log_dt = self.param(
-        "ssm_log_dt",
-        lambda key, shape: jax.random.uniform(key, shape, jnp.float32, math.log(c.dt_min), math.log(c.dt_max)),
-        (h,))
+    draw_log_dt = lambda key, shape: jax.random.uniform(key, shape, jnp.float32, math.log(c.dt_min),
+                                                        math.log(c.dt_max))
+    if c.dt_transform == "softplus":  # inv_dt = softplus⁻¹(Δ₀) = log(expm1(Δ₀)) (``inv_transform``)
+      inv_dt = self.param("ssm_inv_dt", lambda key, shape: jnp.log(jnp.expm1(jnp.exp(draw_log_dt(key, shape)))),
+                          (h,))
+    else:
+      log_dt = self.param("ssm_log_dt", draw_log_dt, (h,))
     log_A_re = self.param("ssm_log_A_re", lambda key, shape: jnp.full(shape, math.log(0.5), jnp.float32),
                           (copies, n_half))
     A_im = self.param(
@@ -255,7 +289,14 @@ class S4D(nn.Module):
         lambda key, shape: jnp.broadcast_to(jnp.asarray(init_A_imag(c.init, c.d_state), jnp.float32), shape),
         (copies, n_half))
     log_A_re, A_im = (jnp.tile(p, (h // copies, 1)) for p in (log_A_re, A_im))  # channel h: copy h % n_ssm
-    if c.trainable_B:
+    if c.B_init == "legs":  # one B per copy of A, tiled over the channels like A
+      b0 = legs_B(c.d_state)
+      init_b = lambda key, shape: jnp.broadcast_to(jnp.asarray(np.stack([b0.real, b0.imag], -1), jnp.float32),
+                                                   shape)
+      B_ri = self.param("ssm_B", init_b, (copies, n_half, 2)) if c.trainable_B else init_b(None, (copies, n_half, 2))
+      B_ri = jnp.tile(B_ri, (h // copies, 1, 1))
+      B = jax.lax.complex(B_ri[..., 0].astype(dtype), B_ri[..., 1].astype(dtype))
+    elif c.trainable_B:
       B_ri = self.param("ssm_B", lambda key, shape: jnp.stack([jnp.ones(shape[:-1]), jnp.zeros(shape[:-1])], -1)
                         .astype(jnp.float32), (h, n_half, 2))
       B = jax.lax.complex(B_ri[..., 0].astype(dtype), B_ri[..., 1].astype(dtype))
@@ -275,7 +316,7 @@ class S4D(nn.Module):
     C_ri = self.param("C", C_init, (channels, h, n_half, 2))
     D = self.param("D", nn.initializers.normal(1.0), (h,))
 
-    dt = jnp.exp(log_dt.astype(dtype))
+    dt = jax.nn.softplus(inv_dt.astype(dtype)) if c.dt_transform == "softplus" else jnp.exp(log_dt.astype(dtype))
     A = jax.lax.complex(-jnp.exp(log_A_re.astype(dtype)), A_im.astype(dtype))
     C = jax.lax.complex(C_ri[..., 0].astype(dtype), C_ri[..., 1].astype(dtype))
     k = s4d_kernel(dt, A, B, C, length, c.disc)  # [C, H, L]

@@ -242,6 +242,10 @@ NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
     ("model.embed_dropout_rate", FLOAT, 0.0, 1.0, "in [0, 1)"),      # optional (next-token models)
     ("model.embed_init_std", FLOAT, 0.0, None, "> 0"),               # optional (next-token models)
     ("model.dense_init_std", FLOAT, 0.0, None, "> 0"),               # optional (GPT-2 initialisation)
+    ("model.mlp_hidden_dropout_rate", FLOAT, 0.0, 1.0, "in [0, 1)"),  # optional (Mega's act_dropout)
+    ("model.head_dropout_rate", FLOAT, 0.0, 1.0, "in [0, 1)"),        # optional (Mega's classifier)
+    ("model.batch_norm_momentum", FLOAT, 0.0, 1.0, "in [0, 1)"),      # optional (S5, LRU)
+    ("model.first_real_id", INT, 1, None, ">= 1"),                    # optional (Xiong's pixel padding)
     ("data.max_length", INT, 1, None, ">= 1"),
     ("data.shuffle_buffer", INT, 1, None, ">= 1"),
     ("optimizer.learning_rate", FLOAT, 0.0, None, "> 0"),
@@ -260,11 +264,13 @@ NUMERIC_KEYS: tuple[tuple[str, str, float, float | None, str], ...] = (
 _OPEN_LOW = {"optimizer.learning_rate", "optimizer.eps", "model.embed_init_std", "model.dense_init_std",
              "optimizer.ssm_learning_rate"}
 _OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "model.embed_dropout_rate", "optimizer.b1",
-              "optimizer.b2", "optimizer.cosine_floor"}
+              "optimizer.b2", "optimizer.cosine_floor", "model.mlp_hidden_dropout_rate", "model.head_dropout_rate",
+              "model.batch_norm_momentum"}
 # Optional switches of the model (next-token models, the sequence-mixer recipes; absent from the LRA
 # protocols' configs).
 BOOL_KEYS = ("model.mlp", "model.tie_embeddings", "model.dropout_broadcast_time", "model.share_attention_core",
-             "model.residual_init_rescale", "model.attention_bias")
+             "model.residual_init_rescale", "model.attention_bias", "model.residual_dropout", "model.final_norm",
+             "model.identity_state_mixer")
 # The input pipelines (``data.pipeline``, default "tf"): tf.data, or in-memory numpy arrays without
 # TensorFlow (``tasks.base.ArrayBatches``; the tasks whose data are generated locally).
 PIPELINES = ("tf", "numpy")
@@ -277,8 +283,14 @@ OPTIONAL_KEYS: dict[str, type] = {
     "model.mlp_activation": str, "model.head": str, "model.dropout_broadcast_time": bool,
     "model.share_attention_core": bool, "model.dense_init_std": float, "model.residual_init_rescale": bool,
     "model.attention_bias": bool,
+    # the originals' encoder details (protocols s4, s5, lru, mega, zoology, xiong; docs/protocol_differences.md)
+    "model.residual_dropout": bool, "model.mlp_hidden_dropout_rate": float, "model.final_norm": bool,
+    "model.token_embedding": str, "model.head_activation": str, "model.head_dropout_rate": float,
+    "model.dual_features": str, "model.batch_norm_momentum": float, "model.identity_state_mixer": bool,
+    "model.first_real_id": int,
     "data.pipeline": str,
     "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float, "optimizer.cosine_floor": float,
+    "optimizer.param_groups": str,
 }
 
 
@@ -410,9 +422,22 @@ def _validate_names(config: ml_collections.ConfigDict) -> None:
   check_choice("model.pooling", config.model.pooling, models.POOLINGS)
   check_choice("model.positions", config.model.positions, models.POSITIONS)
   for key, choices in (("norm", models.NORMS), ("norm_position", models.NORM_POSITIONS),
-                       ("mlp_activation", tuple(models.MLP_ACTIVATIONS)), ("head", models.HEADS)):
+                       ("mlp_activation", tuple(models.MLP_ACTIVATIONS)), ("head", models.HEADS),
+                       ("head_activation", tuple(models.HEAD_ACTIVATIONS)), ("dual_features", models.DUAL_FEATURES),
+                       ("token_embedding", models.TOKEN_EMBEDDINGS)):
     if key in config.model:  # optional keys (the sequence-mixer recipes)
       check_choice(f"model.{key}", config.model[key], choices)
+  if config.model.get("identity_state_mixer", False) and config.model.get("mlp", True):
+    fail("model.identity_state_mixer", True, "False with model.mlp=True: the identity state mixer (Zoology's "
+         "block) takes the MLP's place, so it needs model.mlp=False")
+  if "param_groups" in config.optimizer:
+    try:
+      rules = optim.parse_param_groups(config.optimizer.param_groups)
+    except ValueError as err:
+      raise ConfigError(f"optimizer.param_groups={config.optimizer.param_groups!r}: {err}") from None
+    if any(rate == "ssm" for _, rate, _ in rules) and config.optimizer.get("ssm_learning_rate") is None:
+      fail("optimizer.param_groups", config.optimizer.param_groups, "rules at rate 'main' only, or set "
+           "optimizer.ssm_learning_rate (a rule puts parameters at the SSM rate)")
   factors = [factor.strip() for factor in str(config.optimizer.schedule).split("*")]
   unknown = sorted(set(factors) - set(optim.SCHEDULE_FACTORS))
   if unknown:

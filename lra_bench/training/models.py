@@ -117,6 +117,17 @@ NORMS = ("layer", "batch", "scale")
 NORM_POSITIONS = ("pre", "post")
 MLP_ACTIVATIONS = {"gelu": nn.gelu, "silu": nn.silu}
 HEADS = ("mlp", "linear")
+# ``model.head_activation``: the mlp head's hidden activation (LRA's ReLU; S4's and S5's retrieval heads and
+# Mega's classifier use GELU): "gelu" is the erf form, torch's nn.GELU (S4, Mega; S5's flax head used the tanh
+# form, within 1e-3 of it).
+HEAD_ACTIVATIONS = {"relu": nn.relu, "gelu": lambda x: nn.gelu(x, approximate=False)}
+# ``model.dual_features``: the two-input tasks' features of the pooled u, v: "nli" [u, v, u*v, u-v] (the LRA
+# paper's, S4's and S5's retrieval heads) or "concat" [u, v] (Mega's ``fairseq/models/lra/model.py``).
+DUAL_FEATURES = ("nli", "concat")
+# ``model.token_embedding``: "lookup" (an embedding table, N(0, embed_init_std²)) or "onehot_dense" (a Dense
+# layer with bias applied to one-hot tokens, LeCun normal over the vocabulary: S5's and minimal-LRU's encoder
+# ``nn.Dense(d_model)`` on one-hot inputs; computed as a row lookup plus the bias).
+TOKEN_EMBEDDINGS = ("lookup", "onehot_dense")
 
 
 class ScaleNorm(nn.Module):
@@ -134,11 +145,12 @@ class ScaleNorm(nn.Module):
     return y.astype(self.dtype)
 
 
-def make_norm(kind: str, dtype, name: str | None = None):
+def make_norm(kind: str, dtype, name: str | None = None, momentum: float = 0.9):
   """The normalisation ``model.norm`` names, as ``norm(x, mask, deterministic)``: ``layer`` (LayerNorm,
   LRA's; auto-named as before, so the LRA models' parameter trees are unchanged), ``batch`` (BatchNorm
   over batch and length, the S4 / S5 / LRU recipes; statistics over real positions only, running
-  averages with momentum 0.9 = PyTorch's 0.1, used when ``deterministic``) or ``scale`` (Mega's
+  averages with ``momentum`` (``model.batch_norm_momentum``, default 0.9 = PyTorch's 0.1: S4, Mega; S5's
+  scripts 0.95 or 0.9, minimal-LRU flax's default 0.99), used when ``deterministic``) or ``scale`` (Mega's
   ScaleNorm). Call it inside a compact method."""
   if kind == "layer":
     layer_norm = nn.LayerNorm(dtype=dtype, name=name)
@@ -147,10 +159,15 @@ def make_norm(kind: str, dtype, name: str | None = None):
     scale_norm = ScaleNorm(dtype=dtype, name=name)
     return lambda x, mask, deterministic: scale_norm(x)
   if kind == "batch":
-    batch_norm = nn.BatchNorm(momentum=0.9, epsilon=1e-5, dtype=dtype, name=name)
+    batch_norm = nn.BatchNorm(momentum=momentum, epsilon=1e-5, dtype=dtype, name=name)
     return lambda x, mask, deterministic: batch_norm(
         x, use_running_average=deterministic, mask=jnp.broadcast_to(mask[..., None], x.shape))
   raise ValueError(f"unknown model.norm {kind!r}; expected one of {NORMS}")
+
+
+def _norm(c, dtype, name: str | None = None):
+  """``make_norm`` of the model config ``c`` (its ``norm`` and ``batch_norm_momentum``)."""
+  return make_norm(c.get("norm", "layer"), dtype, name, c.get("batch_norm_momentum", 0.9))
 
 
 def _dropout(c, rate: float):
@@ -166,7 +183,12 @@ class EncoderBlock(nn.Module):
   Optional model keys (absent from the LRA protocols' configs, whose models are unchanged): ``norm``
   (``NORMS``, default ``layer``), ``norm_position`` (``pre``: norm -> sub-layer -> dropout -> residual,
   LRA's; ``post``: sub-layer -> dropout -> residual -> norm), ``mlp_activation`` (``gelu``; Mega's ``silu``),
-  ``dropout_broadcast_time`` (False).
+  ``dropout_broadcast_time`` (False), ``residual_dropout`` (True: the sub-layer's output is dropped before
+  the residual add, as LRA's and S4's blocks do; False: added as it is, as S5's and minimal-LRU's
+  ``SequenceLayer``, whose layers end in their own dropout), ``mlp_hidden_dropout_rate`` (the FFN's dropout
+  after its activation; default ``dropout_rate``; Mega's ``act_dropout`` 0), ``identity_state_mixer`` (False;
+  with ``mlp`` False: the MLP sub-layer is the identity, x + dropout(norm(x)), Zoology's ``TransformerBlock``
+  with ``state_mixer`` Identity, whose block adds ``norm2(residual)`` to the residual stream).
   """
 
   config: Any  # the ``model`` ConfigDict
@@ -176,9 +198,9 @@ class EncoderBlock(nn.Module):
   def _sublayer(self, x, mask, deterministic, fn, gated=False):
     c = self.config
     post = c.get("norm_position", "pre") == "post"
-    norm = make_norm(c.get("norm", "layer"), self.dtype)
+    norm = _norm(c, self.dtype)
     y = x if post else norm(x, mask, deterministic)
-    if gated:  # the sub-layer gates its own residual and returns the update (Mega)
+    if gated or not c.get("residual_dropout", True):  # gated: the sub-layer gates its own residual (Mega)
       x = x + fn(y, x)
     else:
       x = x + _dropout(c, c.dropout_rate)(fn(y, x), deterministic=deterministic)
@@ -191,13 +213,16 @@ class EncoderBlock(nn.Module):
     layer, gated = sequence_layer(self, c, mask, deterministic, dtype=self.dtype, shared_core=self.shared_core,
                                   kernel_init=in_init, out_kernel_init=out_init)
     x = self._sublayer(x, mask, deterministic, layer, gated)
-    if not c.get("mlp", True):  # sequence-layer-only blocks (Zoology's recall models, the SSM recipes)
+    if not c.get("mlp", True):  # sequence-layer-only blocks (the SSM recipes, the CPU recall models)
+      if c.get("identity_state_mixer", False):  # Zoology's block: its Identity state mixer still adds norm2(x)
+        return self._sublayer(x, mask, deterministic, lambda y, _: y)
       return x
     activation = MLP_ACTIVATIONS[c.get("mlp_activation", "gelu")]
+    hidden_rate = c.get("mlp_hidden_dropout_rate", c.dropout_rate)
 
     def mlp(y, _):
       y = nn.Dense(c.mlp_dim, dtype=self.dtype, kernel_init=in_init or nn.linear.default_kernel_init)(y)
-      y = _dropout(c, c.dropout_rate)(activation(y), deterministic=deterministic)
+      y = _dropout(c, hidden_rate)(activation(y), deterministic=deterministic)
       return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=out_init or nn.linear.default_kernel_init)(y)
 
     return self._sublayer(x, mask, deterministic, mlp)
@@ -265,12 +290,30 @@ def causal_form_problem(config) -> str | None:
   return None
 
 
+class OneHotDense(nn.Module):
+  """A Dense layer (with bias) applied to one-hot tokens: ``kernel[ids] + bias`` [B, T, E], kernel [V, E]
+  LeCun normal over the V inputs, zero bias (flax's ``nn.Dense`` on ``one_hot(ids, V)``, the token encoder of
+  S5 and minimal-LRU), without materialising the one-hot array."""
+
+  vocab_size: int
+  features: int
+
+  @nn.compact
+  def __call__(self, ids):
+    kernel = self.param("kernel", nn.initializers.lecun_normal(), (self.vocab_size, self.features))
+    bias = self.param("bias", nn.initializers.zeros, (self.features,))
+    return jnp.take(kernel, ids, axis=0) + bias
+
+
 class Encoder(nn.Module):
   """Inputs [B, T] -> (features [B, T', E], mask [B, T']) with T' = T + 1 when a CLS is prepended.
 
   ``model.input_kind``: ``tokens`` (int ids, embedded; id 0 is padding — pixel tasks shift pixels by one
   so black is not padding) or ``pixels`` (float values, one per position, through a dense projection;
-  nothing is padding).
+  nothing is padding). Optional keys: ``first_real_id`` (1: ids below it are padding; 2 makes black pixels,
+  id 1, padding as Xiong et al.'s ``mask = input_ids != 0`` on raw pixel ids), ``token_embedding``
+  (``TOKEN_EMBEDDINGS``), ``final_norm`` (True: with pre-norm blocks a norm after the last one, as LRA's, S4's
+  and Mega's encoders; False: none, as S5's and minimal-LRU's ``StackedEncoderModel``).
   """
 
   config: Any
@@ -294,11 +337,14 @@ class Encoder(nn.Module):
     else:
       if not jnp.issubdtype(inputs.dtype, jnp.integer):
         raise TypeError(f"model.input_kind='tokens' needs integer inputs, got {inputs.dtype}")
-      mask = inputs > 0
-      embed = self.embed if self.embed is not None else nn.Embed(
-          self.vocab_size, c.emb_dim, name="embed",
-          embedding_init=nn.initializers.normal(c.get("embed_init_std", 1.0)))
-      x = embed(inputs).astype(self.dtype)
+      mask = inputs >= c.get("first_real_id", 1)
+      if self.embed is None and c.get("token_embedding", "lookup") == "onehot_dense":
+        x = OneHotDense(self.vocab_size, c.emb_dim, name="embed")(inputs).astype(self.dtype)
+      else:
+        embed = self.embed if self.embed is not None else nn.Embed(
+            self.vocab_size, c.emb_dim, name="embed",
+            embedding_init=nn.initializers.normal(c.get("embed_init_std", 1.0)))
+        x = embed(inputs).astype(self.dtype)
     if c.pooling == "CLS":
       cls = self.param("cls", nn.initializers.zeros, (1, 1, c.emb_dim))
       x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, c.emb_dim)).astype(self.dtype), x], 1)
@@ -322,7 +368,9 @@ class Encoder(nn.Module):
       x = EncoderBlock(c, self.dtype, name=f"block_{i}", shared_core=shared)(x, mask, deterministic)
     if c.get("norm_position", "pre") == "post":  # every block ended in a norm (S4's encoder has no final one)
       return x, mask
-    return make_norm(c.get("norm", "layer"), self.dtype, name="encoder_norm")(x, mask, deterministic), mask
+    if not c.get("final_norm", True):  # S5's and minimal-LRU's encoders end with the last block
+      return x, mask
+    return _norm(c, self.dtype, name="encoder_norm")(x, mask, deterministic), mask
 
 
 def pool(x, mask, how: str):
@@ -355,12 +403,16 @@ class Classifier(nn.Module):
     if self.dual_input:
       u = pool(*encoder(batch["inputs1"], deterministic), c.pooling)
       v = pool(*encoder(batch["inputs2"], deterministic), c.pooling)
-      features = jnp.concatenate([u, v, u * v, u - v], axis=-1)
+      pair = [u, v] if c.get("dual_features", "nli") == "concat" else [u, v, u * v, u - v]
+      features = jnp.concatenate(pair, axis=-1)
     else:
       features = pool(*encoder(batch["inputs"], deterministic), c.pooling)
     if c.get("head", "mlp") == "linear":  # the S4 / S5 / LRU decoder: one linear layer after pooling
       return nn.Dense(self.num_classes, dtype=self.dtype, name="head_out")(features).astype(jnp.float32)
-    hidden = nn.relu(nn.Dense(c.mlp_dim, dtype=self.dtype, name="head_hidden")(features))
+    hidden = nn.Dense(c.mlp_dim, dtype=self.dtype, name="head_hidden")(features)
+    # Mega's classifier: Linear -> dropout -> GELU (model.head_dropout_rate, absent: none, as LRA's head)
+    hidden = nn.Dropout(c.get("head_dropout_rate", 0.0))(hidden, deterministic=deterministic)
+    hidden = HEAD_ACTIVATIONS[c.get("head_activation", "relu")](hidden)
     return nn.Dense(self.num_classes, dtype=self.dtype, name="head_out")(hidden).astype(jnp.float32)
 
 

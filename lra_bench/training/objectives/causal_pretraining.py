@@ -6,6 +6,12 @@ model tells nothing of the sequence).
 
 Difference from the paper's code: for causal pixels the last position has no label (theirs is trained to
 predict 0 there).
+
+BatchNorm (``model.norm=batch``: the s4, s5, lru and mega-image recipes) is not causal in training mode: its
+batch statistics average every position of every example, so position t's output depends on the tokens after
+t, each with weight about 1/(B·L) (B·L real positions in the batch), and a next-token objective can draw on
+that. Evaluation uses the running averages, which see no future token; to train without the leak, pretrain with
+``--set model.norm=layer``.
 """
 
 from __future__ import annotations

@@ -7,15 +7,20 @@ share): each position is chosen i.i.d. with probability ``pretrain.mask_rate`` a
   to its projection (``models.Encoder``'s ``pixel_mask``), the paper's [x·(1 − m), m] input; every chosen pixel
   is regressed.
 
+The model must see both sides of a masked position: a one-directional layer (a forward-only scan, e.g. the
+``lru`` recipe on ListOps, Text, Retrieval and Image; ``MixerConfig.one_way``) is refused (``validate``): it
+would predict each masked token from the tokens before it only, causal SPT's task with a hole in it.
+
 The masks of an example come from fold_in(key, index) (two-input tasks: fold_in(key, 2·index + j)), so they are
 its own wherever it sits in a batch.
 
 Differences from the paper's code (``src/dataloaders/base.py`` ``MaskedSequenceDatasetWrapper.mask``, ``lra.py``
 ``MaskedListOps``, ``configs/experiment/lra/*-mlm.yaml``):
 
-- the mask id: theirs multiplies a masked token id by 0, i.e. replaces it by id 0, ``<pad>`` (their Transformer
-  does not mask padding out of attention, so it still sees the position); our encoder masks id 0 out of every
-  attention (padding), so a masked token gets its own id instead;
+- the mask id: theirs multiplies a masked token id by 0, i.e. replaces it by id 0, which their masked
+  datasets reserve for ``<mask>`` (``src/dataloaders/lra.py``: the vocabularies of the masked IMDB, AAN and
+  ListOps classes start with the specials ``["<mask>", "<pad>", "<unk>"]``, so ``<pad>`` is id 1); our id 0
+  is padding (masked out of every attention), so the mask token is the extra id ``vocab_size`` instead;
 - pixel tasks with token inputs (LRA's default, intensity tokens 1..256): masked as tokens (the paper's
   ``lm_loss: ce`` option, 256-way cross-entropy) rather than L1;
 - the pretraining's learning rate, schedule and batch are the protocol's (theirs were tuned per task on a small
@@ -32,7 +37,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+import attention_zoo
 import tasks as tasks_lib
+from lra_bench.errors import ConfigError
 from lra_bench.training.objectives.base import register
 from lra_bench.training.objectives._pretraining import Pretraining
 from lra_bench.training.values import FLOAT, check_number
@@ -68,4 +75,12 @@ class MaskedPretraining(Pretraining):
     super().validate(config)
     check_number("pretrain.mask_rate", config.pretrain.mask_rate, FLOAT, 0.0, 1.0, "in (0, 1)", open_low=True,
                  open_high=True)
+    try:
+      layer = attention_zoo.layer_config(config.model.attention, **config.model.attention_kwargs.to_dict())
+    except (TypeError, ValueError):
+      return  # the attention's own checks report it
+    if layer.one_way:
+      raise ConfigError(f"masked SPT denoises a position from both sides, but {config.model.attention!r} runs "
+                        "one-directional here (causal, or bidirectional=False: e.g. the lru recipe off Pathfinder); "
+                        "set model.attention_kwargs.bidirectional=True, or use --pretrain causal")
 
