@@ -1,9 +1,14 @@
 """The forms the sequence-mixer tests share (tests/test_mixer_*.py; not collected: no ``test_`` prefix).
 
-Each test file keeps its layer's reference transcription and its assertions with their tolerances; what is the
-same from file to file is here:
+Each test file keeps its layer's reference transcription and its assertions with their tolerances (mamba and
+rg_lru share theirs: :func:`block_agree`, :func:`block_same`); what is the same from file to file is here:
 
 - building a layer's variables and running it (compiled once per config and shape);
+- the tests a family of layers shares, one class per family that each of its files subclasses as
+  ``TestContract`` (:class:`EngineContract`: gla, retnet, hgrn2, mamba2; :class:`DeltaContract`: deltanet,
+  gated_deltanet, kda; :class:`RWKVContract`: rwkv6, rwkv7), the family's runs of a layer for the files' own
+  reference tests (:func:`engine_outputs`, :func:`delta_outputs`), and the scenarios of mamba and rg_lru
+  (``block_*``);
 - the contract checks, each with the file's own comparison ``agree(got, want)`` (its tolerance):
   :func:`check_chunk_equals_recurrent` (outputs and gradients of mode "chunk" and mode "recurrent"),
   :func:`check_padding_removed` (the padded rows against the rows with their padding removed, padding at the
@@ -11,8 +16,8 @@ same from file to file is here:
   under them (:func:`chunk_and_recurrent`, :func:`padding_removed`, :func:`future_changed`) for a file that
   compares more;
 - the conformance kit, the comparisons (:func:`close`, :func:`assert_within`, :func:`rel_err`) and the float64
-  numpy pieces several references use (activations, norms, fla's short convolution, fla's GLA recurrence, the
-  backward half of the bidirectional delta rule).
+  numpy pieces several references use (activations, norms, fla's short convolution, fla's GLA recurrence and
+  gated output, RWKV's token shift and ``ln_x``, the backward half of the bidirectional delta rule).
 
 Float64: the ``x64`` fixture of tests/conftest.py.
 """
@@ -24,6 +29,7 @@ import collections
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import attention_zoo
 
@@ -291,6 +297,35 @@ def bidirectional_gla(q, k, v, gk):
   return np.einsum("bhij,bjhv->bihv", scores, v)
 
 
+def fla_gated_output(p, o, x, eps):
+  """The output of fla's GLA and RetNet layers (fla/layers/gla.py, fla/layers/multiscale_retention.py:
+  ``FusedRMSNormGated`` with swish, then ``o_proj``) from parameters p: RMSNorm over each head's V (weight
+  ``g_norm_weight`` [V]) ⊙ swish(x W_g), o [B, L, H, V], x [B, L, D] -> [B, L, D]."""
+  g = (x @ p["g_proj"]["kernel"]).reshape(o.shape)
+  o = rms_norm(o, p["g_norm_weight"], eps) * g / (1 + np.exp(-g))
+  return o.reshape(*o.shape[:2], -1) @ p["o_proj"]["kernel"]
+
+
+def rwkv_shift(x, kd, causal):
+  """RWKV-LM's token shift minus the token, ``time_shift(x) − x`` (``RWKV-v5/src/model.py`` ``RWKV_Tmix_x060``
+  and ``RWKV-v7/train_temp/src/model.py`` ``RWKV_Tmix_x070``: x_{t−1} − x_t, zero before the first token), x
+  [B, T, D]; ``causal`` False: Vision-RWKV's q-shift (``vrwkv6.py`` ``q_shift_multihead``) on one axis, the
+  channels from ⌈K/2⌉ on of every block of ``kd`` taking the next token instead (zero after the last)."""
+  prev = np.concatenate([np.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
+  if not causal:
+    nxt = np.concatenate([x[:, 1:], np.zeros_like(x[:, :1])], axis=1)
+    prev = np.where(np.arange(x.shape[-1]) % kd >= (kd + 1) // 2, nxt, prev)
+  return prev - x
+
+
+def rwkv_ln_x(o, scale, bias, eps):
+  """RWKV-LM's ``ln_x`` (``nn.GroupNorm(H, D)``, the same two files): o [B, T, H, V] normalised over each head's
+  V (mean, biased variance), flattened to [B, T, H·V], ⊙ scale + bias."""
+  mean = o.mean(-1, keepdims=True)
+  var = ((o - mean) ** 2).mean(-1, keepdims=True)
+  return ((o - mean) / np.sqrt(var + eps)).reshape(*o.shape[:2], -1) * scale + bias
+
+
 def delta_rule_backward(q, k, v, beta, log_decay=None):
   """The backward half of a bidirectional delta-rule layer (``linear_recurrence(..., causal=False)``): the same
   delta rule over the reversed sequence, reading before writing, the decay between positions t < j being
@@ -316,113 +351,224 @@ def delta_rule_backward(q, k, v, beta, log_decay=None):
   return out
 
 
-# ---------------------------------------------------------------- scenarios of a family of test files
-# The inputs, masks and seeds a family's files share (the layer, its variables and the comparison are the file's).
+# ---------------------------------------------------------------- the tests of a family of test files
+# A family's files share their scenarios (inputs, masks, seeds, the checks run on them): one class each, which a
+# file subclasses as ``TestContract`` (pytest collects the subclass, never the class here: this module is not a
+# test file), setting the layer's ``name`` and its own comparison ``agree(got, want)`` (with its tolerance), and
+# what the family asks for (its initialisation, its reference). Each class's docstring says what it tests.
+
+ENGINE_CAUSAL = dict(causal=True, mode="chunk", chunk_size=4)   # gla, retnet, hgrn2, mamba2: chunks shorter than
+ENGINE_BIDIR = dict(causal=False, mode="chunk", chunk_size=4)   # the rows, one compilation per config and shape
+ENGINE_LENGTH = 14
 
 
-def engine_chunk_equals_recurrent(name, causal, make_variables, agree, d=16):
-  """gla, retnet, hgrn2, mamba2: rows of 21 (row 0 padded inside and at its end), chunks of 8, the loss
-  Σ outputs ⊙ N(0, 1) weights; ``make_variables(mixer, x)`` is the file's (perturbed) initialisation."""
-  x = rows(2, 2, 21, d)
-  mask = np.ones((2, 21), bool)
-  mask[0, [5, 6, 7, 17, 18, 19, 20]] = False
-  chunk = attention_zoo.create_mixer(name, causal=causal, mode="chunk", chunk_size=8)
-  recurrent = attention_zoo.create_mixer(name, causal=causal, mode="recurrent")
-  weights = jnp.asarray(np.random.default_rng(3).normal(size=x.shape))
-  params = make_variables(chunk, x)["params"]
-  check_chunk_equals_recurrent(chunk, recurrent, params, x, mask, agree, weights=weights)
-
-
-def engine_padding_removed(name, overrides, make_variables, agree, length=14, d=16):
-  """gla, retnet, hgrn2, mamba2: row 0 padded at its end, inside, at its start and inside, its padded positions
-  holding 50·N(0, 1); row 1 without padding."""
+def engine_outputs(name, overrides, make_variables, seed, length=ENGINE_LENGTH, d=16):
+  """gla, retnet, hgrn2, mamba2: (out, params, x, config) of the layer (``overrides``) on rows [2, length, d] of
+  3·N(0, 1) from ``seed``, without padding, its variables ``make_variables(mixer, x)`` (the file's); out float64 of
+  x's shape, for the file's reference."""
   mixer = attention_zoo.create_mixer(name, **overrides)
-  x = rows(4, 2, length, d)
+  x = rows(seed, 2, length, d) * 3.0
   variables = make_variables(mixer, x)
-  for padded in ([10, 11, 12, 13], [3, 4, 9, 13], [0, 1, 6, 12]):              # end, middle, start + middle
-    mask = np.ones((2, length), bool)
-    mask[0, padded] = False
-    noisy = x.copy()
-    noisy[0, padded] = 50.0 * rows(5, 1, len(padded), d)[0]                    # padded content must not matter
-    check_padding_removed(lambda z, m: apply(mixer, variables, z, m), noisy, mask, agree)
+  out = apply(mixer, variables, x, np.ones((2, length), bool))
+  assert out.dtype == jnp.float64 and out.shape == x.shape
+  return out, variables["params"], x, mixer.config
 
 
-def engine_causal(name, causal_overrides, bidirectional_overrides, make_variables, past_atol, length=14, d=16):
-  """gla, retnet, hgrn2, mamba2: the tokens after position 6 moved by N(0, 1)."""
-  mixer = attention_zoo.create_mixer(name, **causal_overrides)
-  bidirectional = attention_zoo.create_mixer(name, **bidirectional_overrides)
-  x = rows(6, 2, length, d)
-  variables = make_variables(mixer, x)
-  check_causal(lambda z: apply(mixer, variables, z), x, 7, seed=7, past_atol=past_atol,
-               bidirectional=lambda z: apply(bidirectional, variables, z))
+class EngineContract:
+  """gla, retnet, hgrn2, mamba2 on the engine (float64, d_model 16, the chunked form with chunks of 4): the
+  bidirectional layer against the file's full-matrix form; mode "chunk" against mode "recurrent" (outputs and
+  gradients, both directions); padding at the end and inside a row; causality; the conformance kit.
+
+  A file sets ``name``, ``agree``, ``make_variables(mixer, x)`` (its initialisation, e.g. perturbed parameters)
+  and ``bidirectional_reference(params, x, config)`` (its float64 transcription, no padding).
+  """
+
+  name: str
+
+  def test_bidirectional_matches_full_matrix_form(self, x64):
+    out, params, x, cfg = engine_outputs(self.name, ENGINE_BIDIR, self.make_variables, seed=1)
+    self.agree(out, self.bidirectional_reference(params, x, cfg))
+
+  @pytest.mark.parametrize("causal", [True, False])
+  def test_chunk_equals_recurrent_outputs_and_gradients(self, x64, causal):
+    """Rows of 21 (row 0 padded inside and at its end), chunks of 8, the loss Σ outputs ⊙ N(0, 1) weights."""
+    x = rows(2, 2, 21, 16)
+    mask = np.ones((2, 21), bool)
+    mask[0, [5, 6, 7, 17, 18, 19, 20]] = False
+    chunk = attention_zoo.create_mixer(self.name, causal=causal, mode="chunk", chunk_size=8)
+    recurrent = attention_zoo.create_mixer(self.name, causal=causal, mode="recurrent")
+    weights = jnp.asarray(np.random.default_rng(3).normal(size=x.shape))
+    params = self.make_variables(chunk, x)["params"]
+    check_chunk_equals_recurrent(chunk, recurrent, params, x, mask, self.agree, weights=weights)
+
+  @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+  def test_padding_end_and_middle_equals_row_without_padding(self, x64, causal):
+    """Row 0 padded at its end, inside, at its start and inside, its padded positions holding 50·N(0, 1); row 1
+    without padding."""
+    mixer = attention_zoo.create_mixer(self.name, **(ENGINE_CAUSAL if causal else ENGINE_BIDIR))
+    x = rows(4, 2, ENGINE_LENGTH, 16)
+    variables = self.make_variables(mixer, x)
+    for padded in ([10, 11, 12, 13], [3, 4, 9, 13], [0, 1, 6, 12]):              # end, middle, start + middle
+      mask = np.ones((2, ENGINE_LENGTH), bool)
+      mask[0, padded] = False
+      noisy = x.copy()
+      noisy[0, padded] = 50.0 * rows(5, 1, len(padded), 16)[0]                 # padded content must not matter
+      check_padding_removed(lambda z, m: apply(mixer, variables, z, m), noisy, mask, self.agree)
+
+  def test_causal_future_does_not_move_past(self, x64):
+    """The tokens after position 6 moved by N(0, 1): the causal outputs before them stay (to 1e-14)."""
+    mixer = attention_zoo.create_mixer(self.name, **ENGINE_CAUSAL)
+    bidirectional = attention_zoo.create_mixer(self.name, **ENGINE_BIDIR)
+    x = rows(6, 2, ENGINE_LENGTH, 16)
+    variables = self.make_variables(mixer, x)
+    check_causal(lambda z: apply(mixer, variables, z), x, 7, seed=7, past_atol=1e-14,
+                 bidirectional=lambda z: apply(bidirectional, variables, z))
+
+  def test_conformance_kit(self):
+    conformance(self.name)
 
 
 DELTA_LENGTH = 13  # one shape [2, 13, D] for most calls: op-by-op execution compiles each op once per shape
 
 
-def delta_chunk_equals_recurrent(name, causal, agree, d=16, **overrides):
-  """deltanet, gated_deltanet, kda (op by op): row 0 padded from position 9, chunks of 4 (several and a partial
-  last one), the loss Σ outputs ⊙ N(0, 1) weights; every gradient non-zero."""
-  x = rows(2, 2, DELTA_LENGTH, d)
-  mask = np.ones((2, DELTA_LENGTH), bool)
-  mask[0, 9:] = False
-  chunk = attention_zoo.create_mixer(name, causal=causal, mode="chunk", chunk_size=4, **overrides)
-  recurrent = attention_zoo.create_mixer(name, causal=causal, mode="recurrent", **overrides)
-  params = chunk.init(jax.random.key(0), jnp.asarray(x), jnp.asarray(mask))["params"]
-  weights = jnp.asarray(np.random.default_rng(9).normal(size=x.shape))
-  check_chunk_equals_recurrent(chunk, recurrent, params, x, mask, agree, nonzero=True, weights=weights, jit=False)
+def delta_outputs(name, mode, d=16, **overrides):
+  """deltanet, gated_deltanet, kda (op by op): (causal, x, params, out) for causal True, then False: the layer
+  (``mode``, chunks of 4, ``overrides``, its own initialisation) on N(0, 1) rows [2, DELTA_LENGTH, d] of seed 1
+  without padding; params float64 numpy, out float64 of x's shape, for the file's reference."""
+  x = rows(1, 2, DELTA_LENGTH, d)
+  mask = jnp.ones((2, DELTA_LENGTH), bool)
+  for causal in (True, False):
+    module = attention_zoo.create_mixer(name, causal=causal, mode=mode, chunk_size=4, **overrides)
+    variables = module.init(jax.random.key(0), jnp.asarray(x), mask)
+    out = module.apply(variables, jnp.asarray(x), mask)
+    assert out.dtype == jnp.float64 and out.shape == x.shape
+    yield causal, x, as64(variables["params"]), out
 
 
-def delta_padding_removed(name, causal, agree, d=16, **overrides):
-  """deltanet, gated_deltanet, kda (op by op): row 0 padded at its end, row 1 inside and at its end (both keep
-  10 tokens), the padded positions holding non-zero content (a worst case: the encoder zeroes them)."""
-  module = attention_zoo.create_mixer(name, causal=causal, **overrides)
-  mask = np.ones((2, DELTA_LENGTH), bool)
-  mask[0, 10:] = False
-  mask[1, [2, 3, 12]] = False
-  x = rows(3, 2, DELTA_LENGTH, d)
-  variables = module.init(jax.random.key(0), jnp.asarray(x), jnp.asarray(mask))
-  check_padding_removed(lambda z, m: module.apply(variables, z, m), x, mask, agree)
+class DeltaContract:
+  """deltanet, gated_deltanet, kda (float64, d_model 16, op by op, the layer's own initialisation): mode "chunk"
+  against mode "recurrent" (outputs and gradients), padding at the end and in the middle, causality, the
+  conformance kit. A file sets ``name``, ``agree`` and ``overrides`` (its config for every check)."""
+
+  name: str
+  overrides: dict
+
+  @pytest.mark.parametrize("causal", [True, False])
+  def test_chunk_equals_recurrent(self, x64, causal):
+    """Row 0 padded from position 9, chunks of 4 (several and a partial last one), the loss Σ outputs ⊙ N(0, 1)
+    weights; every gradient non-zero."""
+    x = rows(2, 2, DELTA_LENGTH, 16)
+    mask = np.ones((2, DELTA_LENGTH), bool)
+    mask[0, 9:] = False
+    chunk = attention_zoo.create_mixer(self.name, causal=causal, mode="chunk", chunk_size=4, **self.overrides)
+    recurrent = attention_zoo.create_mixer(self.name, causal=causal, mode="recurrent", **self.overrides)
+    params = chunk.init(jax.random.key(0), jnp.asarray(x), jnp.asarray(mask))["params"]
+    weights = jnp.asarray(np.random.default_rng(9).normal(size=x.shape))
+    check_chunk_equals_recurrent(chunk, recurrent, params, x, mask, self.agree, nonzero=True, weights=weights,
+                                 jit=False)
+
+  @pytest.mark.parametrize("causal", [True, False])
+  def test_padding_end_and_middle(self, x64, causal):
+    """Row 0 padded at its end, row 1 inside and at its end (both keep 10 tokens), the padded positions holding
+    non-zero content (a worst case: the encoder zeroes them)."""
+    module = attention_zoo.create_mixer(self.name, causal=causal, **self.overrides)
+    mask = np.ones((2, DELTA_LENGTH), bool)
+    mask[0, 10:] = False
+    mask[1, [2, 3, 12]] = False
+    x = rows(3, 2, DELTA_LENGTH, 16)
+    variables = module.init(jax.random.key(0), jnp.asarray(x), jnp.asarray(mask))
+    check_padding_removed(lambda z, m: module.apply(variables, z, m), x, mask, self.agree)
+
+  def test_causal(self, x64):
+    """The tokens after position 6 moved by N(0, 1); the causal outputs before them exactly unchanged."""
+    x = rows(5, 2, DELTA_LENGTH, 16)
+    causal, bidirectional = (attention_zoo.create_mixer(self.name, causal=c, **self.overrides) for c in (True, False))
+    variables = causal.init(jax.random.key(0), jnp.asarray(x), ones_mask(x))
+    check_causal(lambda z: causal.apply(variables, z, ones_mask(z)), x, 7, seed=6,
+                 bidirectional=lambda z: bidirectional.apply(variables, z, ones_mask(z)))
+
+  def test_conformance(self):
+    conformance(self.name)
 
 
-def delta_causal(name, d=16, **overrides):
-  """deltanet, gated_deltanet, kda (op by op): the tokens after position 6 moved by N(0, 1); the causal outputs
-  before them exactly unchanged."""
-  x = rows(5, 2, DELTA_LENGTH, d)
-  causal, bidirectional = (attention_zoo.create_mixer(name, causal=c, **overrides) for c in (True, False))
-  variables = causal.init(jax.random.key(0), jnp.asarray(x), ones_mask(x))
-  check_causal(lambda z: causal.apply(variables, z, ones_mask(z)), x, 7, seed=6,
-               bidirectional=lambda z: bidirectional.apply(variables, z, ones_mask(z)))
+class RWKVContract:
+  """rwkv6, rwkv7 (float64, d_model 16, parameters perturbed off their init: :func:`perturbed_layer`): the layer
+  against the file's reference, causal and bidirectional; mode "chunk" against mode "recurrent" (outputs and
+  gradients); padding at the end and in the middle; causality; the state size; the conformance kit. A file sets
+  ``name``, ``agree`` and ``reference(params, x, head_dim, causal)`` (its float64 transcription, no padding)."""
+
+  name: str
+
+  @pytest.mark.parametrize("mode, head_dim", [("recurrent", 64), ("chunk", 8)])  # 1 head of 16, 2 of 8
+  def test_matches_numpy_reference_causal(self, x64, mode, head_dim):
+    mixer, x, variables = perturbed_layer(self.name, causal=True, mode=mode, head_dim=head_dim, chunk_size=4)
+    self.agree(apply(mixer, variables, x), self.reference(as64(variables["params"]), x, head_dim, causal=True))
+
+  def test_matches_numpy_reference_bidirectional(self, x64):
+    mixer, x, variables = perturbed_layer(self.name, causal=False, mode="recurrent", head_dim=8)
+    self.agree(apply(mixer, variables, x), self.reference(as64(variables["params"]), x, 8, causal=False))
+
+  @pytest.mark.parametrize("causal", [True, False])
+  def test_chunk_equals_recurrent(self, x64, causal):
+    """Chunk 32 (two of the engine's sub-chunks) over 40 tokens (a ragged last chunk), a padded tail (row 0) and a
+    padded middle (row 1), the loss Σ sin(outputs)."""
+    mixer, x, variables = perturbed_layer(self.name, causal=causal, mode="chunk", head_dim=8, chunk_size=32,
+                                          length=40)
+    recurrent = attention_zoo.create_mixer(self.name, causal=causal, mode="recurrent", head_dim=8)
+    mask = np.ones(x.shape[:2], bool)
+    mask[0, 29:] = False
+    mask[1, [3, 4, 30, 31, 32, 33]] = False
+    check_chunk_equals_recurrent(mixer, recurrent, variables["params"], x, mask, self.agree, sin=True)
+
+  @pytest.mark.parametrize("causal", [True, False])
+  def test_padding_end_and_middle(self, x64, causal):
+    """Row 0 padded first, inside and at its end, row 1 at its end (both keep 6 real tokens), the padded positions
+    holding x + 3."""
+    mixer, x, variables = perturbed_layer(self.name, causal=causal, head_dim=8, chunk_size=4, length=12)
+    mask = np.ones(x.shape[:2], bool)
+    mask[0, [0, 4, 5, 9, 10, 11]] = False
+    mask[1, 6:] = False
+    garbage = np.asarray(x) + 3.0 * (~mask)[..., None]
+    check_padding_removed(lambda z, m: apply(mixer, variables, z, m), garbage, mask, self.agree)
+
+  def test_causal_future_does_not_move_past(self, x64):
+    """The tokens from position 7 on replaced by N(0, 1) draws; the outputs before them exactly unchanged, the
+    later ones moved by more than 1e-3."""
+    mixer, x, variables = perturbed_layer(self.name, causal=True, head_dim=8, chunk_size=4, length=12)
+    a, b = check_causal(lambda z: apply(mixer, variables, z), x, 7, seed=9, replace=True)
+    assert np.max(np.abs(a[:, 7:] - b[:, 7:])) > 1e-3
+
+  def test_state_size(self):
+    config = attention_zoo.mixer_config(self.name)
+    assert config.state_size(1000, 128) == 2 * 64 * 64 + 128  # H = 2, K = V = 64, plus the shift buffer
+    assert config.state_size(10, 16) == 1 * 16 * 16 + 16  # one head of 16
+    assert config.state_size(10, 100) == 100 * 100 + 100  # 64 does not divide 100: one head of 100
+    assert attention_zoo.mixer_config(self.name, head_dim=8).state_size(5, 64) == 8 * 8 * 8 + 64
+
+  def test_conformance(self):
+    conformance(self.name)
 
 
-def rwkv_chunk_equals_recurrent(name, causal, agree):
-  """rwkv6, rwkv7: chunk 32 (two of the engine's sub-chunks) over 40 tokens (a ragged last chunk), a padded tail
-  (row 0) and a padded middle (row 1), the loss Σ sin(outputs), perturbed parameters (:func:`perturbed_layer`)."""
-  mixer, x, variables = perturbed_layer(name, causal=causal, mode="chunk", head_dim=8, chunk_size=32, length=40)
-  recurrent = attention_zoo.create_mixer(name, causal=causal, mode="recurrent", head_dim=8)
-  mask = np.ones(x.shape[:2], bool)
-  mask[0, 29:] = False
-  mask[1, [3, 4, 30, 31, 32, 33]] = False
-  check_chunk_equals_recurrent(mixer, recurrent, variables["params"], x, mask, agree, sin=True)
+def block_inputs(seed, batch, length, d=16):
+  """mamba, rg_lru: jnp float64 (under x64) [B, L, D] ~ N(0, 1)."""
+  return jnp.asarray(rows(seed, batch, length, d))
 
 
-def rwkv_padding_removed(name, causal, agree):
-  """rwkv6, rwkv7: row 0 padded first, inside and at its end, row 1 at its end (both keep 6 real tokens), the
-  padded positions holding x + 3."""
-  mixer, x, variables = perturbed_layer(name, causal=causal, head_dim=8, chunk_size=4, length=12)
-  mask = np.ones(x.shape[:2], bool)
-  mask[0, [0, 4, 5, 9, 10, 11]] = False
-  mask[1, 6:] = False
-  garbage = np.asarray(x) + 3.0 * (~mask)[..., None]
-  check_padding_removed(lambda z, m: apply(mixer, variables, z, m), garbage, mask, agree)
+def block_agree(got, want):
+  """mamba, rg_lru, chunk == recurrent: max |a − b| ≤ 1e-9 · max |b|."""
+  assert_within(got, want, 1e-9)
 
 
-def rwkv_causal(name):
-  """rwkv6, rwkv7: the tokens from position 7 on replaced by N(0, 1) draws; the outputs before them exactly
-  unchanged, the later ones moved by more than 1e-3."""
-  mixer, x, variables = perturbed_layer(name, causal=True, head_dim=8, chunk_size=4, length=12)
-  a, b = check_causal(lambda z: apply(mixer, variables, z), x, 7, seed=9, replace=True)
-  assert np.max(np.abs(a[:, 7:] - b[:, 7:])) > 1e-3
+def block_same(got, want):
+  """mamba, rg_lru, padding removed: the same numbers up to rounding."""
+  np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
+
+
+def init_apply(module, x, mask, variables=None):
+  """(outputs numpy, variables) of ``module`` on x (its own init with key 0 when ``variables`` is None)."""
+  if variables is None:
+    variables = module.init(jax.random.PRNGKey(0), x, mask)
+  return np.asarray(module.apply(variables, x, mask)), variables
 
 
 def block_chunk_equals_recurrent(name, causal, agree, d=16, **overrides):

@@ -18,6 +18,7 @@ import pytest
 import attention_zoo
 from tests import mixer_forms as forms
 
+NAME = "deltanet"
 RTOL = 1e-9  # float64 comparisons: max |a − b| ≤ RTOL · max |b|
 LENGTH = forms.DELTA_LENGTH
 
@@ -65,39 +66,19 @@ def reference_deltanet(p, x, causal, heads=4, eps=1e-5):
 
 @pytest.mark.parametrize("mode", ["chunk", "recurrent"])
 def test_matches_fla_naive_reference(x64, mode):
-  x = forms.rows(1, 2, LENGTH, D)
-  mask = jnp.ones((2, LENGTH), bool)
-  for causal in (True, False):
-    module = attention_zoo.create_mixer("deltanet", causal=causal, mode=mode, chunk_size=4, initializer_range=STD)
-    variables = module.init(jax.random.key(0), jnp.asarray(x), mask)
-    out = module.apply(variables, jnp.asarray(x), mask)
-    assert out.dtype == jnp.float64 and out.shape == x.shape
-    _agree(out, reference_deltanet(forms.as64(variables["params"]), x, causal))
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_chunk_equals_recurrent(x64, causal):
-  forms.delta_chunk_equals_recurrent("deltanet", causal, _agree, initializer_range=STD)
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_padding_end_and_middle(x64, causal):
-  forms.delta_padding_removed("deltanet", causal, _agree, initializer_range=STD)
-
-
-def test_causal(x64):
-  forms.delta_causal("deltanet", initializer_range=STD)
+  for causal, x, p, out in forms.delta_outputs(NAME, mode, D, initializer_range=STD):
+    _agree(out, reference_deltanet(p, x, causal))
 
 
 def test_state_size_and_heads():
-  cfg = attention_zoo.mixer_config("deltanet")
+  cfg = attention_zoo.mixer_config(NAME)
   # d_model 16: 4 heads, K = V = 4; H·K·V + (W − 1)·H·(2K + V) = 64 + 3·4·12
   assert cfg.dims(16) == (4, 4, 4) and cfg.state_size(1000, 16) == 64 + 144
   # d_model 64: 4 heads of 16: 4·16·16 + 3·4·48
   assert cfg.dims(64) == (4, 16, 16) and cfg.state_size(10, 64) == 1024 + 576
   # a width 4 does not divide: gcd(4, 6, 6) = 2 heads of 3
   assert cfg.dims(6) == (2, 3, 3)
-  no_conv = attention_zoo.mixer_config("deltanet", use_short_conv=False)
+  no_conv = attention_zoo.mixer_config(NAME, use_short_conv=False)
   assert no_conv.state_size(10, 64) == 1024
   assert type(cfg).family == "linear-recurrent" and type(cfg).paper_name == "DeltaNet"
 
@@ -110,7 +91,7 @@ def test_options_trace():
   for overrides in ({"use_gate": True, "qk_norm": "sum", "qk_activation": "elu", "conv_bias": True},
                     {"use_short_conv": False, "use_beta": False, "allow_neg_eigval": True,
                      "qk_activation": "relu"}):
-    module = attention_zoo.create_mixer("deltanet", **overrides)
+    module = attention_zoo.create_mixer(NAME, **overrides)
     params = jax.eval_shape(module.init, jax.random.key(0), x, mask)["params"]
     assert ("g_proj" in params) == overrides.get("use_gate", False)
     assert ("b_proj" in params) == overrides.get("use_beta", True)
@@ -118,8 +99,12 @@ def test_options_trace():
     out = jax.eval_shape(module.apply, {"params": params}, x, mask)
     assert out.shape == x.shape and out.dtype == jnp.float32
   with pytest.raises(ValueError, match="qk_norm"):
-    attention_zoo.mixer_config("deltanet", qk_norm="max")
+    attention_zoo.mixer_config(NAME, qk_norm="max")
 
 
-def test_conformance():
-  forms.conformance("deltanet")
+class TestContract(forms.DeltaContract):
+  """The family's tests (tests/mixer_forms.py) with this file's config and comparison."""
+
+  name = NAME
+  overrides = {"initializer_range": STD}
+  agree = staticmethod(_agree)

@@ -68,30 +68,9 @@ def reference_gated_deltanet(p, x, causal, heads, eps=1e-5):
 
 @pytest.mark.parametrize("mode", ["chunk", "recurrent"])
 def test_matches_fla_naive_reference(x64, mode):
-  x = forms.rows(1, 2, LENGTH, D)
-  mask = jnp.ones((2, LENGTH), bool)
-  for causal in (True, False):
-    module = attention_zoo.create_mixer(NAME, causal=causal, mode=mode, chunk_size=4, **SMALL)
-    variables = module.init(jax.random.key(0), jnp.asarray(x), mask)
-    p = forms.as64(variables["params"])
+  for causal, x, p, out in forms.delta_outputs(NAME, mode, D, **SMALL):
     assert p["q_proj"]["kernel"].shape == (D, 12) and p["v_proj"]["kernel"].shape == (D, 24)
-    out = module.apply(variables, jnp.asarray(x), mask)
-    assert out.dtype == jnp.float64 and out.shape == x.shape
     _agree(out, reference_gated_deltanet(p, x, causal, heads=2))
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_chunk_equals_recurrent(x64, causal):
-  forms.delta_chunk_equals_recurrent(NAME, causal, _agree, **SMALL)
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_padding_end_and_middle(x64, causal):
-  forms.delta_padding_removed(NAME, causal, _agree, **SMALL)
-
-
-def test_causal(x64):
-  forms.delta_causal(NAME, **SMALL)
 
 
 def test_heads_state_size_and_init():
@@ -124,5 +103,9 @@ def test_ungated_option_traces():
   assert jax.eval_shape(module.apply, {"params": params}, x, mask).shape == x.shape
 
 
-def test_conformance():
-  forms.conformance(NAME)
+class TestContract(forms.DeltaContract):
+  """The family's tests (tests/mixer_forms.py) with this file's config and comparison."""
+
+  name = NAME
+  overrides = SMALL
+  agree = staticmethod(_agree)

@@ -5,10 +5,11 @@ gradients, both directions); padding at the end and inside a row; causality; ``s
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import attention_zoo
 from attention_zoo.mixers.gla import GLAConfig
@@ -17,10 +18,7 @@ from tests import mixer_forms as forms
 NAME = "gla"
 D = 16
 REL = 1e-9
-
-
-def _inputs(seed, batch, length, d=D):
-  return forms.rows(seed, batch, length, d)
+CAUSAL, LENGTH = forms.ENGINE_CAUSAL, forms.ENGINE_LENGTH
 
 
 def _close(got, want, rel=REL):
@@ -39,14 +37,7 @@ def reference_layer(params, x, cfg: GLAConfig, causal=True):
   gk = (x @ p["gk_proj_0"]["kernel"]) @ p["gk_proj_1"]["kernel"] + p["gk_proj_1"]["bias"]
   gk = forms.log_sigmoid(split(gk, kd)) / cfg.gate_logit_normalizer
   o = forms.naive_recurrent_gla(q, k, v, gk) if causal else forms.bidirectional_gla(q, k, v, gk)
-  g = split(x @ p["g_proj"]["kernel"], vd)
-  o = forms.rms_norm(o, p["g_norm_weight"], cfg.norm_eps) * g / (1 + np.exp(-g))
-  return o.reshape(batch, length, heads * vd) @ p["o_proj"]["kernel"]
-
-
-def _layer(**overrides):
-  mixer = attention_zoo.create_mixer(NAME, **overrides)
-  return mixer, mixer.config
+  return forms.fla_gated_output(p, o, x, cfg.norm_eps)
 
 
 def _init(mixer, x, seed=0):
@@ -59,41 +50,9 @@ def _init(mixer, x, seed=0):
   return {**variables, "params": params}
 
 
-# The configs and shapes the tests share (one compilation each): the chunked form with chunks shorter than the rows.
-CAUSAL = dict(causal=True, mode="chunk", chunk_size=4)
-BIDIR = dict(causal=False, mode="chunk", chunk_size=4)
-LENGTH = 14
-
-
 def test_layer_matches_fla_naive_recurrent(x64):
-  mixer, cfg = _layer(**CAUSAL)
-  x = _inputs(0, 2, LENGTH) * 3.0
-  variables = _init(mixer, x)
-  out = forms.apply(mixer, variables, x, np.ones((2, LENGTH), bool))
-  assert out.dtype == jnp.float64 and out.shape == x.shape
-  _close(out, reference_layer(variables["params"], x, cfg, causal=True))
-
-
-def test_bidirectional_matches_full_matrix_form(x64):
-  mixer, cfg = _layer(**BIDIR)
-  x = _inputs(1, 2, LENGTH) * 3.0
-  variables = _init(mixer, x)
-  out = forms.apply(mixer, variables, x, np.ones((2, LENGTH), bool))
-  _close(out, reference_layer(variables["params"], x, cfg, causal=False))
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_chunk_equals_recurrent_outputs_and_gradients(x64, causal):
-  forms.engine_chunk_equals_recurrent(NAME, causal, _init, _close)
-
-
-@pytest.mark.parametrize("overrides", [CAUSAL, BIDIR], ids=["causal", "bidirectional"])
-def test_padding_end_and_middle_equals_row_without_padding(x64, overrides):
-  forms.engine_padding_removed(NAME, overrides, _init, _close, LENGTH)
-
-
-def test_causal_future_does_not_move_past(x64):
-  forms.engine_causal(NAME, CAUSAL, BIDIR, _init, past_atol=1e-14, length=LENGTH)
+  out, params, x, cfg = forms.engine_outputs(NAME, CAUSAL, _init, seed=0)
+  _close(out, reference_layer(params, x, cfg, causal=True))
 
 
 def test_state_size_and_head_derivation():
@@ -108,7 +67,7 @@ def test_state_size_and_head_derivation():
 
 
 def test_initialisation_follows_fla_models(x64):
-  mixer, _ = _layer(**CAUSAL)
+  mixer = attention_zoo.create_mixer(NAME, **CAUSAL)
   x = jnp.zeros((2, LENGTH, D))
   params = forms.as64(forms.init(mixer, x)["params"])
   kernels = np.concatenate([params[n]["kernel"].ravel() for n in ("q_proj", "k_proj", "v_proj", "g_proj",
@@ -118,5 +77,10 @@ def test_initialisation_follows_fla_models(x64):
   assert params["gk_proj_0"]["kernel"].shape == (16, 16) and params["gk_proj_1"]["kernel"].shape == (16, 8)
 
 
-def test_conformance_kit():
-  forms.conformance(NAME)
+class TestContract(forms.EngineContract):
+  """The family's tests (tests/mixer_forms.py) with this file's initialisation, comparison and reference."""
+
+  name = NAME
+  make_variables = staticmethod(_init)
+  agree = staticmethod(_close)
+  bidirectional_reference = staticmethod(functools.partial(reference_layer, causal=False))

@@ -6,8 +6,6 @@ and ``state_size``; the conformance kit. Shared numpy pieces and checks: tests/m
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -17,7 +15,6 @@ from tests import mixer_forms as forms
 NAME = "kda"
 D = 16
 RTOL = 1e-9  # max |a − b| ≤ RTOL · max |b|
-LENGTH = forms.DELTA_LENGTH
 SMALL = {"num_heads": 2, "initializer_range": 0.5}  # 2 heads of K = V = 8; O(1) activations
 
 
@@ -65,33 +62,12 @@ def reference_kda(p, x, causal, heads, eps=1e-5):
 
 @pytest.mark.parametrize("mode", ["chunk", "recurrent"])
 def test_matches_fla_naive_reference(x64, mode):
-  x = forms.rows(1, 2, LENGTH, D)
-  mask = jnp.ones((2, LENGTH), bool)
-  for causal in (True, False):
-    module = attention_zoo.create_mixer(NAME, causal=causal, mode=mode, chunk_size=4, **SMALL)
-    variables = module.init(jax.random.key(0), jnp.asarray(x), mask)
-    p = forms.as64(variables["params"])
+  for causal, x, p, out in forms.delta_outputs(NAME, mode, D, **SMALL):
     # low-rank gates of rank V = 8; A_log per head; dt_bias per head and key channel
     assert p["f_proj_0"]["kernel"].shape == (D, 8) and p["f_proj_1"]["kernel"].shape == (8, 16)
     assert p["g_proj_1"]["bias"].shape == (16,) and p["ssm_A_log"].shape == (2,) and p["ssm_dt_bias"].shape == (16,)
     assert np.all((np.exp(p["ssm_A_log"]) >= 1) & (np.exp(p["ssm_A_log"]) < 16))
-    out = module.apply(variables, jnp.asarray(x), mask)
-    assert out.dtype == jnp.float64 and out.shape == x.shape
     _agree(out, reference_kda(p, x, causal, heads=2))
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_chunk_equals_recurrent(x64, causal):
-  forms.delta_chunk_equals_recurrent(NAME, causal, _agree, **SMALL)
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_padding_end_and_middle(x64, causal):
-  forms.delta_padding_removed(NAME, causal, _agree, **SMALL)
-
-
-def test_causal(x64):
-  forms.delta_causal(NAME, **SMALL)
 
 
 def test_heads_and_state_size():
@@ -107,5 +83,9 @@ def test_heads_and_state_size():
   assert type(cfg).family == "linear-recurrent" and type(cfg).paper_name == "KDA"
 
 
-def test_conformance():
-  forms.conformance(NAME)
+class TestContract(forms.DeltaContract):
+  """The family's tests (tests/mixer_forms.py) with this file's config and comparison."""
+
+  name = NAME
+  overrides = SMALL
+  agree = staticmethod(_agree)

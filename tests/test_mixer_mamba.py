@@ -18,24 +18,6 @@ D_MODEL = 16
 pytestmark = pytest.mark.usefixtures("fast_compile")  # most XLA optimisations off (conftest: ~2x faster on CPU)
 
 
-def inputs(seed, batch, length, d=D_MODEL):
-  return jnp.asarray(forms.rows(seed, batch, length, d))
-
-
-def _agree(got, want):  # chunk == recurrent: max |a − b| ≤ 1e-9 · max |b|
-  forms.assert_within(got, want, 1e-9)
-
-
-def _same(got, want):  # padding removed: the same numbers up to rounding
-  np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
-
-
-def init_apply(module, x, mask, variables=None):
-  if variables is None:
-    variables = module.init(jax.random.PRNGKey(0), x, mask)
-  return np.asarray(module.apply(variables, x, mask)), variables
-
-
 # ---- float64 numpy transcription of the original (PyTorch layout: channels before length) -------------
 
 def conv1d_torch(x, weight, bias):
@@ -90,9 +72,9 @@ def reference_block(p, x, bidirectional, d_state=16, dt_rank=1):
 def test_block_matches_original_reference(x64, causal):
   """Whole block, float64, from the module's own parameters; chunk mode with 13 = 3·4 + 1 positions
   (causal) and one chunk over the whole length (bidirectional)."""
-  x = inputs(0, 2, 13)
+  x = forms.block_inputs(0, 2, 13)
   module = attention_zoo.create_mixer("mamba", causal=causal, chunk_size=4 if causal else 64)
-  out, variables = init_apply(module, x, jnp.ones((2, 13), bool))
+  out, variables = forms.init_apply(module, x, jnp.ones((2, 13), bool))
   params = variables["params"]
   assert ("x_proj_b_kernel" in params) == (not causal)
   assert out.dtype == np.float64
@@ -104,7 +86,7 @@ def test_block_matches_original_reference(x64, causal):
 def test_chunk_equals_recurrent(x64, causal):
   """Outputs and gradients (every parameter and the input) agree to 1e-9, with padding in the middle of
   row 1 and a length that is not a multiple of the chunk."""
-  forms.block_chunk_equals_recurrent("mamba", causal, _agree, chunk_size=4)
+  forms.block_chunk_equals_recurrent("mamba", causal, forms.block_agree, chunk_size=4)
 
 
 @pytest.mark.parametrize("mode", ["chunk", "recurrent"])
@@ -114,7 +96,7 @@ def test_padding_end_and_middle_equals_removed(x64, mode):
   the padding removed (both directions); padded outputs are zero. With ``bias=True``, so a padded slot
   that reached the convolution (in_proj's bias) would show."""
   module = attention_zoo.create_mixer("mamba", mode=mode, chunk_size=4, bias=True)  # in_proj's bias reaches u
-  forms.block_padding_removed(module, lambda m, x, mask: m.init(jax.random.PRNGKey(0), x, mask), _same)
+  forms.block_padding_removed(module, lambda m, x, mask: m.init(jax.random.PRNGKey(0), x, mask), forms.block_same)
 
 
 def test_causal_future_does_not_move_past(x64):

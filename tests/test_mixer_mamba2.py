@@ -7,6 +7,8 @@ convolution included); causality; ``state_size``; the initialisation; the confor
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,10 +21,7 @@ from tests import mixer_forms as forms
 NAME = "mamba2"
 D = 16
 REL = 1e-9
-
-
-def _inputs(seed, batch, length, d=D):
-  return forms.rows(seed, batch, length, d)
+CAUSAL, LENGTH = forms.ENGINE_CAUSAL, forms.ENGINE_LENGTH
 
 
 def _close(got, want, rel=REL):
@@ -124,11 +123,6 @@ def reference_layer(params, x, cfg: Mamba2Config, core="step"):
   return y @ p["out_proj"]["kernel"]
 
 
-def _layer(**overrides):
-  mixer = attention_zoo.create_mixer(NAME, **overrides)
-  return mixer, mixer.config
-
-
 def _init(mixer, x, seed=0):
   variables = forms.init(mixer, x, seed=seed)
   # a D skip and a norm weight that are not 1, larger steps Δ (so that the state decays visibly over a row)
@@ -140,44 +134,14 @@ def _init(mixer, x, seed=0):
   return {**variables, "params": params}
 
 
-# The configs and shapes the tests share (one compilation each): the chunked form with chunks shorter than the rows.
-CAUSAL = dict(causal=True, mode="chunk", chunk_size=4)
-BIDIR = dict(causal=False, mode="chunk", chunk_size=4)
-GROUPS = dict(causal=True, mode="chunk", chunk_size=4, headdim=8, ngroups=2, d_state=6)    # 4 heads, 2 groups
-LENGTH = 14
+GROUPS = dict(CAUSAL, headdim=8, ngroups=2, d_state=6)    # 4 heads, 2 groups
 
 
 @pytest.mark.parametrize("overrides", [CAUSAL, GROUPS], ids=["default", "groups"])
 def test_layer_matches_mamba2_step_and_ssd_minimal(x64, overrides):
-  mixer, cfg = _layer(**overrides)
-  x = _inputs(0, 2, LENGTH) * 3.0
-  variables = _init(mixer, x)
-  out = forms.apply(mixer, variables, x, np.ones((2, LENGTH), bool))
-  assert out.dtype == jnp.float64 and out.shape == x.shape
-  _close(out, reference_layer(variables["params"], x, cfg, core="step"))
-  _close(out, reference_layer(variables["params"], x, cfg, core="ssd"))
-
-
-def test_bidirectional_matches_full_matrix_form(x64):
-  mixer, cfg = _layer(**BIDIR)
-  x = _inputs(1, 2, LENGTH) * 3.0
-  variables = _init(mixer, x)
-  out = forms.apply(mixer, variables, x, np.ones((2, LENGTH), bool))
-  _close(out, reference_layer(variables["params"], x, cfg, core="bidirectional"))
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_chunk_equals_recurrent_outputs_and_gradients(x64, causal):
-  forms.engine_chunk_equals_recurrent(NAME, causal, _init, _close)
-
-
-@pytest.mark.parametrize("overrides", [CAUSAL, BIDIR], ids=["causal", "bidirectional"])
-def test_padding_end_and_middle_equals_row_without_padding(x64, overrides):
-  forms.engine_padding_removed(NAME, overrides, _init, _close, LENGTH)
-
-
-def test_causal_future_does_not_move_past(x64):
-  forms.engine_causal(NAME, CAUSAL, BIDIR, _init, past_atol=1e-14, length=LENGTH)
+  out, params, x, cfg = forms.engine_outputs(NAME, overrides, _init, seed=0)
+  _close(out, reference_layer(params, x, cfg, core="step"))
+  _close(out, reference_layer(params, x, cfg, core="ssd"))
 
 
 def test_state_size_and_head_derivation():
@@ -195,7 +159,7 @@ def test_state_size_and_head_derivation():
 
 
 def test_initialisation_follows_mamba_ssm(x64):
-  mixer, _ = _layer(**CAUSAL)
+  mixer = attention_zoo.create_mixer(NAME, **CAUSAL)
   x = jnp.zeros((2, LENGTH, D))
   params = forms.as64(forms.init(mixer, x)["params"])
   assert set(params) == {"in_proj", "conv1d_kernel", "conv1d_bias", "ssm_dt_bias", "ssm_A_log", "D", "norm_weight",
@@ -208,7 +172,7 @@ def test_initialisation_follows_mamba_ssm(x64):
   assert np.abs(params["conv1d_bias"]).max() <= 0.5 and np.all(params["D"] == 1) and np.all(params["norm_weight"] == 1)
   a, dt = [], []
   for seed in range(8):                                                           # 4 heads a draw: Δ0 and A ranges
-    p = forms.as64(forms.init(_layer(**GROUPS)[0], x, seed=seed)["params"])
+    p = forms.as64(forms.init(attention_zoo.create_mixer(NAME, **GROUPS), x, seed=seed)["params"])
     a.append(np.exp(p["ssm_A_log"]))
     dt.append(forms.softplus(p["ssm_dt_bias"]))
   a, dt = np.concatenate(a), np.concatenate(dt)
@@ -218,5 +182,10 @@ def test_initialisation_follows_mamba_ssm(x64):
   assert Mamba2Config(A_init_range=[2, 3]).A_init_range == (2.0, 3.0)
 
 
-def test_conformance_kit():
-  forms.conformance(NAME)
+class TestContract(forms.EngineContract):
+  """The family's tests (tests/mixer_forms.py) with this file's initialisation, comparison and reference."""
+
+  name = NAME
+  make_variables = staticmethod(_init)
+  agree = staticmethod(_close)
+  bidirectional_reference = staticmethod(functools.partial(reference_layer, core="bidirectional"))

@@ -6,6 +6,8 @@ both directions); padding at the end and inside a row; causality; ``state_size``
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,10 +20,7 @@ from tests import mixer_forms as forms
 NAME = "retnet"
 D = 16
 REL = 1e-9
-
-
-def _inputs(seed, batch, length, d=D):
-  return forms.rows(seed, batch, length, d)
+CAUSAL, LENGTH = forms.ENGINE_CAUSAL, forms.ENGINE_LENGTH
 
 
 def _close(got, want, rel=REL):
@@ -63,15 +62,7 @@ def reference_layer(params, x, cfg: RetNetConfig, causal=True):
   q = rotary_ref(split(x @ p["q_proj"]["kernel"], kd), cfg.rope_base)
   k = rotary_ref(split(x @ p["k_proj"]["kernel"], kd), cfg.rope_base)
   v = split(x @ p["v_proj"]["kernel"], vd)
-  o = naive_retention(q, k, v, causal)
-  g = split(x @ p["g_proj"]["kernel"], vd)
-  o = forms.rms_norm(o, p["g_norm_weight"], cfg.norm_eps) * g / (1 + np.exp(-g))
-  return o.reshape(batch, length, heads * vd) @ p["o_proj"]["kernel"]
-
-
-def _layer(**overrides):
-  mixer = attention_zoo.create_mixer(NAME, **overrides)
-  return mixer, mixer.config
+  return forms.fla_gated_output(p, naive_retention(q, k, v, causal), x, cfg.norm_eps)
 
 
 def _init(mixer, x, seed=0):
@@ -81,42 +72,10 @@ def _init(mixer, x, seed=0):
   return {**variables, "params": params}
 
 
-# The configs and shapes the tests share (one compilation each): the chunked form with chunks shorter than the rows.
-CAUSAL = dict(causal=True, mode="chunk", chunk_size=4)
-BIDIR = dict(causal=False, mode="chunk", chunk_size=4)
-LENGTH = 14
-
-
 @pytest.mark.parametrize("overrides", [CAUSAL, {**CAUSAL, "num_heads": 2}], ids=["default", "K8"])
 def test_layer_matches_fla_naive_retention(x64, overrides):
-  mixer, cfg = _layer(**overrides)
-  x = _inputs(0, 2, LENGTH) * 3.0
-  variables = _init(mixer, x)
-  out = forms.apply(mixer, variables, x, np.ones((2, LENGTH), bool))
-  assert out.dtype == jnp.float64 and out.shape == x.shape
-  _close(out, reference_layer(variables["params"], x, cfg, causal=True))
-
-
-def test_bidirectional_matches_full_matrix_form(x64):
-  mixer, cfg = _layer(**BIDIR)
-  x = _inputs(1, 2, LENGTH) * 3.0
-  variables = _init(mixer, x)
-  out = forms.apply(mixer, variables, x, np.ones((2, LENGTH), bool))
-  _close(out, reference_layer(variables["params"], x, cfg, causal=False))
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_chunk_equals_recurrent_outputs_and_gradients(x64, causal):
-  forms.engine_chunk_equals_recurrent(NAME, causal, _init, _close)
-
-
-@pytest.mark.parametrize("overrides", [CAUSAL, BIDIR], ids=["causal", "bidirectional"])
-def test_padding_end_and_middle_equals_row_without_padding(x64, overrides):
-  forms.engine_padding_removed(NAME, overrides, _init, _close, LENGTH)
-
-
-def test_causal_future_does_not_move_past(x64):
-  forms.engine_causal(NAME, CAUSAL, BIDIR, _init, past_atol=1e-14, length=LENGTH)
+  out, params, x, cfg = forms.engine_outputs(NAME, overrides, _init, seed=0)
+  _close(out, reference_layer(params, x, cfg, causal=True))
 
 
 def test_state_size_and_head_derivation():
@@ -135,18 +94,18 @@ def test_decays_and_rotary_positions(x64):
   from attention_zoo.mixers import retnet
 
   np.testing.assert_allclose(np.exp(retnet.retention_log_decay(8)), 1 - 2.0 ** (-5.0 - np.arange(8)), rtol=1e-15)
-  z = jnp.asarray(_inputs(8, 1, 6, 8).reshape(1, 6, 2, 4))
+  z = jnp.asarray(forms.rows(8, 1, 6, 8).reshape(1, 6, 2, 4))
   positions = jnp.arange(6)[None]
   _close(retnet.rotary(z, positions, 10000.0), rotary_ref(np.asarray(z)))
   # odd K: the last channel passes through unrotated, the first 2·(K//2) rotate as K//2 pairs
-  z5 = jnp.asarray(_inputs(9, 1, 6, 5).reshape(1, 6, 1, 5))
+  z5 = jnp.asarray(forms.rows(9, 1, 6, 5).reshape(1, 6, 1, 5))
   got = np.asarray(retnet.rotary(z5, positions, 10000.0))
   np.testing.assert_array_equal(got[..., 4], np.asarray(z5)[..., 4])
   assert not np.allclose(got[:, 1:, :, :4], np.asarray(z5)[:, 1:, :, :4])
 
 
 def test_initialisation_follows_fla_models(x64):
-  mixer, _ = _layer(**CAUSAL)
+  mixer = attention_zoo.create_mixer(NAME, **CAUSAL)
   x = jnp.zeros((2, LENGTH, D))
   params = forms.as64(forms.init(mixer, x)["params"])
   kernels = np.concatenate([params[n]["kernel"].ravel() for n in ("q_proj", "k_proj", "v_proj", "g_proj",
@@ -156,5 +115,10 @@ def test_initialisation_follows_fla_models(x64):
   assert set(params) == {"q_proj", "k_proj", "v_proj", "g_proj", "o_proj", "g_norm_weight"}
 
 
-def test_conformance_kit():
-  forms.conformance(NAME)
+class TestContract(forms.EngineContract):
+  """The family's tests (tests/mixer_forms.py) with this file's initialisation, comparison and reference."""
+
+  name = NAME
+  make_variables = staticmethod(_init)
+  agree = staticmethod(_close)
+  bidirectional_reference = staticmethod(functools.partial(reference_layer, causal=False))

@@ -20,24 +20,6 @@ D_MODEL = 16
 pytestmark = pytest.mark.usefixtures("fast_compile")  # most XLA optimisations off (conftest: ~2x faster on CPU)
 
 
-def inputs(seed, batch, length, d=D_MODEL):
-  return jnp.asarray(forms.rows(seed, batch, length, d))
-
-
-def _agree(got, want):  # chunk == recurrent: max |a − b| ≤ 1e-9 · max |b|
-  forms.assert_within(got, want, 1e-9)
-
-
-def _same(got, want):  # padding removed: the same numbers up to rounding
-  np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
-
-
-def init_apply(module, x, mask, variables=None):
-  if variables is None:
-    variables = module.init(jax.random.PRNGKey(0), x, mask)
-  return np.asarray(module.apply(variables, x, mask)), variables
-
-
 # ---- float64 numpy transcription of recurrentgemma (one document per row: segment_pos = 0, 1, ...) ----
 
 def gelu_tanh(v):
@@ -102,13 +84,13 @@ def reference_block(p, x, bidirectional):
 def test_block_matches_original_reference(x64, causal):
   """Whole block, float64, two gate blocks, every parameter moved off its initial value (the zero biases
   would hide their paths); chunk mode (causal) and recurrent mode (bidirectional)."""
-  x = inputs(0, 2, 13)
+  x = forms.block_inputs(0, 2, 13)
   module = attention_zoo.create_mixer("rg_lru", causal=causal, num_heads=2, mode="chunk" if causal else "recurrent")
   params = module.lazy_init(jax.random.PRNGKey(0), x, jnp.ones((2, 13), bool))["params"]
   assert ("ssm_a_param_b" in params) == (not causal)
   rng = np.random.default_rng(1)
   params = {k: v + 0.1 * rng.normal(size=v.shape) for k, v in params.items()}
-  out, _ = init_apply(module, x, jnp.ones((2, 13), bool), {"params": params})
+  out, _ = forms.init_apply(module, x, jnp.ones((2, 13), bool), {"params": params})
   assert out.dtype == np.float64
   want = reference_block(params, x, bidirectional=not causal)
   np.testing.assert_allclose(out, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
@@ -118,7 +100,7 @@ def test_block_matches_original_reference(x64, causal):
 def test_chunk_equals_recurrent(x64, causal):
   """Outputs and gradients (every parameter and the input) agree to 1e-9, with padding in the middle of
   row 1."""
-  forms.block_chunk_equals_recurrent("rg_lru", causal, _agree)
+  forms.block_chunk_equals_recurrent("rg_lru", causal, forms.block_agree)
 
 
 def _perturbed(module, x, mask):
@@ -134,7 +116,7 @@ def test_padding_end_and_middle_equals_removed(x64, mode):
   """Rows padded in the middle and at the end (row 0) and at the start, in the middle and at the end
   (row 1), the padded slots holding large non-zero values: the real outputs equal those of the row with
   the padding removed (both directions, each with its own segment start); padded outputs are zero."""
-  forms.block_padding_removed(attention_zoo.create_mixer("rg_lru", mode=mode), _perturbed, _same)
+  forms.block_padding_removed(attention_zoo.create_mixer("rg_lru", mode=mode), _perturbed, forms.block_same)
 
 
 def test_causal_future_does_not_move_past(x64):

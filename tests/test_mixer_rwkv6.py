@@ -9,7 +9,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import attention_zoo
 from attention_zoo.mixers import _layer_common, rwkv6
@@ -22,11 +21,6 @@ def _agree(got, want):
   assert forms.rel_err(got, want) <= TOL
 
 
-def make(seed=0, batch=2, length=10, d=16, **overrides):
-  """(mixer, x float64 [B, L, D], variables): parameters perturbed off their init (tests/mixer_forms.py)."""
-  return forms.perturbed_layer("rwkv6", seed, batch, length, d, **overrides)
-
-
 def reference(params, x, head_dim, causal=True, eps=64e-5):
   """float64 numpy RWKV-6 time mix, no padding: RWKV-LM x060 (token shift, ddlerp, LoRAs, ln_x, gate, output)
   with fla's naive_recurrent_rwkv6 loop (scale 1); bidirectional: Vision-RWKV-6's Bi-WKV (a backward loop
@@ -35,11 +29,7 @@ def reference(params, x, head_dim, causal=True, eps=64e-5):
   x = np.asarray(x, np.float64)
   bsz, length, d = x.shape
   h, kd = _layer_common.rwkv_heads(d, head_dim)
-  prev = np.concatenate([np.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
-  if not causal:
-    nxt = np.concatenate([x[:, 1:], np.zeros_like(x[:, :1])], axis=1)
-    prev = np.where(np.arange(d) % kd >= (kd + 1) // 2, nxt, prev)
-  xx = prev - x
+  xx = forms.rwkv_shift(x, kd, causal)
   xxx = np.tanh((x + xx * p["time_maa_x"]) @ p["time_maa_w1"]).reshape(bsz, length, 5, -1)
   mw, mk, mv, mr, mg = (np.einsum("blr,rd->bld", xxx[:, :, i], p["time_maa_w2"][i]) for i in range(5))
   xw = x + xx * (p["time_maa_w"] + mw)
@@ -68,40 +58,8 @@ def reference(params, x, head_dim, causal=True, eps=64e-5):
     for i in range(length - 1, -1, -1):
       o[:, :, i] += (state * q_[:, :, i, :, None]).sum(-2)
       state = state * np.exp(w_[:, :, i])[..., None] + k_[:, :, i, :, None] * v_[:, :, i, None, :]
-  o = o.transpose(0, 2, 1, 3)  # [B, T, H, V]
-  mean = o.mean(-1, keepdims=True)
-  var = ((o - mean) ** 2).mean(-1, keepdims=True)
-  normed = ((o - mean) / np.sqrt(var + eps)).reshape(bsz, length, d) * p["ln_x_scale"] + p["ln_x_bias"]
+  normed = forms.rwkv_ln_x(o.transpose(0, 2, 1, 3), p["ln_x_scale"], p["ln_x_bias"], eps)  # o [B, T, H, V]
   return (normed * g) @ p["output"]["kernel"]
-
-
-@pytest.mark.parametrize("mode, head_dim", [("recurrent", 64), ("chunk", 8)])  # d_model 16: 1 head of 16, 2 of 8
-def test_matches_numpy_reference_causal(x64, mode, head_dim):
-  mixer, x, variables = make(causal=True, mode=mode, head_dim=head_dim, chunk_size=4)
-  got = forms.apply(mixer, variables, x)
-  want = reference(forms.as64(variables["params"]), x, head_dim, causal=True)
-  _agree(got, want)
-
-
-def test_matches_numpy_reference_bidirectional(x64):
-  mixer, x, variables = make(causal=False, mode="recurrent", head_dim=8)
-  got = forms.apply(mixer, variables, x)
-  want = reference(forms.as64(variables["params"]), x, 8, causal=False)
-  _agree(got, want)
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_chunk_equals_recurrent(x64, causal):
-  """Outputs and gradients (all parameters and x) of mode="chunk" (chunk 32 = two of the engine's sub-chunks,
-  L = 40: a ragged last chunk) and mode="recurrent", with a padded tail and a padded middle."""
-  forms.rwkv_chunk_equals_recurrent("rwkv6", causal, _agree)
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_padding_end_and_middle(x64, causal):
-  """Real outputs equal those of the row with its padded positions removed (whatever the padding holds);
-  padded outputs are zero."""
-  forms.rwkv_padding_removed("rwkv6", causal, _agree)
 
 
 def test_token_shift_skips_padding(x64):
@@ -112,18 +70,6 @@ def test_token_shift_skips_padding(x64):
   both = np.asarray(_layer_common.token_shift(x, mask, causal=False, block=4))[0]
   assert list(both[[1, 4, 5], 0]) == [0.0, 2.0, 5.0]  # channels 0, 1: from the previous real token
   assert list(both[[1, 4, 5], 3]) == [5.0, 6.0, 0.0]  # channels 2, 3: from the next real token
-
-
-def test_causal_future_does_not_move_past(x64):
-  forms.rwkv_causal("rwkv6")
-
-
-def test_state_size():
-  config = rwkv6.RWKV6Config()
-  assert config.state_size(1000, 128) == 2 * 64 * 64 + 128  # H = 2, K = V = 64, plus the shift buffer
-  assert config.state_size(10, 16) == 1 * 16 * 16 + 16  # one head of 16
-  assert config.state_size(10, 100) == 100 * 100 + 100  # 64 does not divide 100: one head of 100
-  assert rwkv6.RWKV6Config(head_dim=8).state_size(5, 64) == 8 * 8 * 8 + 64
 
 
 def test_initial_values():
@@ -145,5 +91,9 @@ def test_initial_values():
   assert rwkv6.RWKV6Config.family == "linear-recurrent" and rwkv6.RWKV6Config.paper_name == "RWKV-6"
 
 
-def test_conformance():
-  forms.conformance("rwkv6")
+class TestContract(forms.RWKVContract):
+  """The family's tests (tests/mixer_forms.py) with this file's comparison and reference."""
+
+  name = "rwkv6"
+  agree = staticmethod(_agree)
+  reference = staticmethod(reference)

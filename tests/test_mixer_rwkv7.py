@@ -11,7 +11,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import attention_zoo
 from attention_zoo.mixers import _layer_common, rwkv7
@@ -22,11 +21,6 @@ TOL = 1e-9
 
 def _agree(got, want):
   assert forms.rel_err(got, want) <= TOL
-
-
-def make(seed=0, batch=2, length=10, d=16, **overrides):
-  """(mixer, x float64 [B, L, D], variables): parameters perturbed off their init (tests/mixer_forms.py)."""
-  return forms.perturbed_layer("rwkv7", seed, batch, length, d, **overrides)
 
 
 def dplr_fla(q, k, v, alpha, beta, gk, scale=1.0):
@@ -63,11 +57,7 @@ def reference(params, x, head_dim, causal=True):
   x = np.asarray(x, np.float64)
   bsz, length, d = x.shape
   h, kd = _layer_common.rwkv_heads(d, head_dim)
-  prev = np.concatenate([np.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
-  if not causal:
-    nxt = np.concatenate([x[:, 1:], np.zeros_like(x[:, :1])], axis=1)
-    prev = np.where(np.arange(d) % kd >= (kd + 1) // 2, nxt, prev)
-  xx = prev - x
+  xx = forms.rwkv_shift(x, kd, causal)
   xr, xw, xk, xv, xa, xg = (x + xx * p[name] for name in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g"))
   r = xr @ p["receptance"]["kernel"]
   w = p["w0"] + np.tanh(xw @ p["w1"]) @ p["w2"]
@@ -88,53 +78,9 @@ def reference(params, x, head_dim, causal=True):
     flip = lambda z: z[:, :, ::-1]
     o = o + flip(dplr_fla(flip(r_), flip(k_), flip(v_), alpha=-flip(kk), beta=flip(kk * a_), gk=flip(log_w)))
     o = o - (r_ * k_).sum(-1, keepdims=True) * v_
-  o = o.transpose(0, 2, 1, 3)  # [B, T, H, V]
-  mean = o.mean(-1, keepdims=True)
-  var = ((o - mean) ** 2).mean(-1, keepdims=True)
-  normed = ((o - mean) / np.sqrt(var + kd * 1e-5)).reshape(bsz, length, d) * p["ln_x_scale"] + p["ln_x_bias"]
+  normed = forms.rwkv_ln_x(o.transpose(0, 2, 1, 3), p["ln_x_scale"], p["ln_x_bias"], kd * 1e-5)  # o [B, T, H, V]
   bonus = ((r_ * k_ * p["r_k"][None, :, None]).sum(-1, keepdims=True) * v_).transpose(0, 2, 1, 3)
   return ((normed + bonus.reshape(bsz, length, d)) * g) @ p["output"]["kernel"]
-
-
-@pytest.mark.parametrize("mode, head_dim", [("recurrent", 64), ("chunk", 8)])  # d_model 16: 1 head of 16, 2 of 8
-def test_matches_numpy_reference_causal(x64, mode, head_dim):
-  mixer, x, variables = make(causal=True, mode=mode, head_dim=head_dim, chunk_size=4)
-  got = forms.apply(mixer, variables, x)
-  want = reference(forms.as64(variables["params"]), x, head_dim, causal=True)
-  _agree(got, want)
-
-
-def test_matches_numpy_reference_bidirectional(x64):
-  mixer, x, variables = make(causal=False, mode="recurrent", head_dim=8)
-  got = forms.apply(mixer, variables, x)
-  want = reference(forms.as64(variables["params"]), x, 8, causal=False)
-  _agree(got, want)
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_chunk_equals_recurrent(x64, causal):
-  """Outputs and gradients (all parameters and x) of mode="chunk" (chunk 32 = two of the engine's sub-chunks,
-  L = 40: a ragged last chunk) and mode="recurrent", with a padded tail and a padded middle."""
-  forms.rwkv_chunk_equals_recurrent("rwkv7", causal, _agree)
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_padding_end_and_middle(x64, causal):
-  """Real outputs equal those of the row with its padded positions removed (whatever the padding holds);
-  padded outputs are zero."""
-  forms.rwkv_padding_removed("rwkv7", causal, _agree)
-
-
-def test_causal_future_does_not_move_past(x64):
-  forms.rwkv_causal("rwkv7")
-
-
-def test_state_size():
-  config = rwkv7.RWKV7Config()
-  assert config.state_size(1000, 128) == 2 * 64 * 64 + 128  # H = 2, K = V = 64, plus the shift buffer
-  assert config.state_size(10, 16) == 1 * 16 * 16 + 16  # one head of 16
-  assert config.state_size(10, 100) == 100 * 100 + 100  # 64 does not divide 100: one head of 100
-  assert rwkv7.RWKV7Config(head_dim=8).state_size(5, 64) == 8 * 8 * 8 + 64
 
 
 def test_initial_values():
@@ -161,5 +107,9 @@ def test_initial_values():
   assert rwkv7.RWKV7Config.family == "linear-recurrent" and rwkv7.RWKV7Config.paper_name == "RWKV-7"
 
 
-def test_conformance():
-  forms.conformance("rwkv7")
+class TestContract(forms.RWKVContract):
+  """The family's tests (tests/mixer_forms.py) with this file's comparison and reference."""
+
+  name = "rwkv7"
+  agree = staticmethod(_agree)
+  reference = staticmethod(reference)

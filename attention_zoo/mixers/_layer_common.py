@@ -1,24 +1,26 @@
 """What the sequence mixers of this package share (a private module: it registers nothing, and
 ``attention_zoo.mixers`` does not import it as a mixer). One implementation each of:
 
-- the compute dtype, the default mask, the masked input and the output step (dropout, zeros at the
-  padded positions, the input's dtype);
+- the compute dtype, the default mask, the masked input, the engine called with a layer's config and the output
+  step (dropout, zeros at the padded positions, the input's dtype);
 - row packing: each row's real tokens moved, in order, to its front and its padding behind them, so that
   a convolution or a scan over the packed row acts as if the padding were not there (padding at the end or
   inside a row alike), and the depthwise short convolutions that run over the packed rows;
 - the norms: RMS, per-head (group) and l2 normalisation;
 - the initialisers: U(−b, b), Mamba's Δ bias, log-uniform;
-- head counts;
-- fla's linear layer as fla's models initialise it, the gated RMSNorm output of fla's GLA and RetNet layers, and
-  the q/k/v/β inputs (projections, short convolutions, norms) of the DeltaNet family (``deltanet``,
-  ``gated_deltanet``, ``kda``);
-- the RWKV token shift and two-way recurrence (``rwkv6``, ``rwkv7``).
+- head counts, and the state sizes of the layers that keep one [K, V] matrix state per head (``gla``,
+  ``retnet``, ``hgrn2``), plus the inputs of q/k/v short convolutions (``deltanet``, ``gated_deltanet``, ``kda``);
+- fla's linear layer as fla's models initialise it, its per-head projections, the gated RMSNorm output of fla's
+  GLA and RetNet layers, and the layer of the DeltaNet family (``deltanet``, ``gated_deltanet``, ``kda``): its
+  q/k/v/β inputs (projections, short convolutions, norms), its recurrence, output gate and output;
+- the RWKV state size, token shift, receptance/key/value maps and two-way recurrence (``rwkv6``, ``rwkv7``).
 
 A layer imports these from here, never from another layer's module.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import flax.linen as nn
@@ -54,6 +56,20 @@ def default_mask(x, mask):
 def masked_input(x, mask, dtype):
   """x [B, L, D] with its padded positions zeroed, in ``dtype``."""
   return jnp.where(mask[..., None], x, 0).astype(dtype)
+
+
+def layer_input(x, mask):
+  """(dtype, mask, u): the compute dtype (:func:`compute_dtype`), the mask as bool [B, L] (:func:`default_mask`)
+  and x [B, L, D] with its padded positions zeroed, in that dtype (:func:`masked_input`)."""
+  dtype = compute_dtype(x)
+  mask = default_mask(x, mask)
+  return dtype, mask, masked_input(x, mask, dtype)
+
+
+def recurrence(cfg, q, k, v, mask, **arrays):
+  """The engine's ``linear_recurrence`` of q, k, v (and ``arrays``: log_decay, beta ...) under ``mask`` with the
+  layer config's ``causal``, ``mode`` and ``chunk_size``."""
+  return linear_recurrence(q, k, v, **arrays, mask=mask, causal=cfg.causal, mode=cfg.mode, chunk_size=cfg.chunk_size)
 
 
 def finish(y, mask, dtype, dropout_rate, deterministic):
@@ -198,7 +214,7 @@ def log_uniform_init(low, high):
   return init
 
 
-# ---------------------------------------------------------------- head counts
+# ---------------------------------------------------------------- head counts, state sizes
 
 def largest_divisor(n: int, at_most: int) -> int:
   """The largest divisor of ``n`` that is at most ``at_most`` (1 when ``at_most`` < 1)."""
@@ -237,11 +253,33 @@ def value_head_dim(head_dim: int, expand_v: float, layer: str) -> int:
   return dv
 
 
-def qkv_conv_state_size(heads: int, k: int, v: int, conv_size: int, use_short_conv: bool) -> int:
-  """H·K·V + (W − 1)·H·(2K + V): the [K, V] states of H heads plus, with short convolutions (width W) on q, k
-  and v, their last W − 1 inputs (independent of the length)."""
-  conv = (conv_size - 1) * heads * (2 * k + v) if use_short_conv else 0
-  return heads * k * v + conv
+class HeadStatesSize:
+  """``state_size`` of a config whose ``dims(d_model)`` gives (H, K, V) and whose layer keeps one [K, V] matrix
+  state per head and nothing else (``gla``, ``retnet``, ``hgrn2``); a base before ``MixerConfig``."""
+
+  def state_size(self, length: int, d_model: int) -> int:
+    """H·K·V: one [K, V] matrix state per head (independent of the length).
+
+    (H, K, V) from the config's ``dims``.
+    """
+    del length
+    return math.prod(self.dims(d_model))
+
+
+class QKVConvStateSize:
+  """``state_size`` of a config whose ``dims(d_model)`` gives (H, K, V) and whose ``conv_size`` and
+  ``use_short_conv`` set the q, k, v short convolutions (the DeltaNet family); a base before ``MixerConfig``."""
+
+  def state_size(self, length: int, d_model: int) -> int:
+    """H·K·V + (W − 1)·H·(2K + V): the delta-rule states [K, V] of the H heads plus, with use_short_conv, the last
+    W − 1 inputs of the q, k and v short convolutions (independent of the length).
+
+    (H, K, V) from the config's ``dims``; W = conv_size.
+    """
+    del length
+    heads, k, v = self.dims(d_model)
+    conv = (self.conv_size - 1) * heads * (2 * k + v) if self.use_short_conv else 0
+    return heads * k * v + conv
 
 
 # ---------------------------------------------------------------- fla layers
@@ -252,6 +290,13 @@ def fla_linear(features, name, dtype, std=FLA_INIT_STD, use_bias=False, param_dt
   return nn.Dense(features, use_bias=use_bias, kernel_init=nn.initializers.normal(std),
                   bias_init=nn.initializers.zeros, dtype=dtype,
                   param_dtype=dtype if param_dtype is None else param_dtype, name=name)
+
+
+def fla_heads(u, dtype, heads, **dims):
+  """fla's bias-free projections of u [B, L, D], one per keyword ``name=n`` (in order): ``fla_linear(H·n, name)``,
+  split into heads [B, L, H, n]."""
+  batch, length = u.shape[:2]
+  return [fla_linear(heads * n, name, dtype)(u).reshape(batch, length, heads, n) for name, n in dims.items()]
 
 
 def fla_gated_output(module, o, u, d_model, dtype, eps, use_gate):
@@ -324,6 +369,42 @@ def delta_rule_inputs(h, cfg, heads, dk, dv, dtype, qk_activation="silu", qk_nor
   return q, k, v, beta
 
 
+def delta_rule_layer(module, x, mask, deterministic, decay=None, gate=None, **options):
+  """The layer of the DeltaNet family (``deltanet``, ``gated_deltanet``, ``kda``) as fla's layers compute it, run
+  inside ``module``'s compact ``__call__`` (config ``module.config``): x [B, L, D], mask [B, L] -> [B, L, D].
+
+  The rows packed (:func:`pack`); q, k, v, β from :func:`delta_rule_inputs` (``options``: its qk_activation,
+  qk_norm, use_beta); the log decay ``decay(h, linear, H, K, V)`` ([B, L, H] or [B, L, H, K]; none without
+  ``decay``); the engine's delta rule on q·K^(-1/2); an RMSNorm over V with the weight ``o_norm`` [V] (float32);
+  ⊙ ``gate(h, linear, H, K, V)`` [B, L, H, V] when given; ``o_proj``; the rows unpacked and :func:`finish`. The
+  callbacks get the packed rows h [B, L, D] (in the compute dtype) and ``linear``, :func:`fla_linear` in the
+  compute dtype with float32 parameters, N(0, ``initializer_range``²).
+  """
+  cfg = module.config
+  batch, length, d_model = x.shape
+  dtype = compute_dtype(x)
+  mask = default_mask(x, mask)
+  heads, dk, dv = cfg.dims(d_model)
+  linear = functools.partial(fla_linear, dtype=dtype, std=cfg.initializer_range, param_dtype=jnp.float32)
+  h, packed_mask, dest = pack(x.astype(dtype), mask)
+
+  q, k, v, beta = delta_rule_inputs(h, cfg, heads, dk, dv, dtype, **options)  # [B, L, H, K] ×2, [B, L, H, V], [B, L, H]
+  log_decay = None if decay is None else decay(h, linear, heads, dk, dv)
+  o = recurrence(cfg, q * dk**-0.5, k, v, packed_mask, log_decay=log_decay, beta=beta)  # [B, L, H, V]
+  o = rms_normalize(o, cfg.norm_eps) * module.param("o_norm", nn.initializers.ones, (dv,)).astype(dtype)
+  if gate is not None:
+    o = o * gate(h, linear, heads, dk, dv)
+  y = linear(d_model, "o_proj")(o.reshape(batch, length, heads * dv))
+  return finish(gather(y, dest), mask, x.dtype, cfg.dropout_rate, deterministic)
+
+
+def silu_gate(h, linear, heads, dk, dv):
+  """The output gate swish(g_proj(h)) [B, L, H, V] of fla's DeltaNet and Gated DeltaNet layers (``use_gate``), a
+  ``gate`` of :func:`delta_rule_layer`."""
+  del dk
+  return jax.nn.silu(linear(heads * dv, "g_proj")(h).reshape(*h.shape[:2], heads, dv))
+
+
 # ---------------------------------------------------------------- RWKV
 
 # fla's ``xavier_uniform_(gain=2 ** -2.5)`` (RWKV6Attention's o_proj): variance_scaling, scale gain², fan_avg.
@@ -337,11 +418,16 @@ def rwkv_heads(d_model: int, head_dim: int) -> tuple[int, int]:
   return h, d_model // h
 
 
-def rwkv_state_size(d_model: int, head_dim: int) -> int:
-  """H·K·K + D = d_model·K + d_model: the H matrix states S [K, V] (V = K) and the token-shift buffer (the
-  last real token, D floats); K from :func:`rwkv_heads`. Independent of the length."""
-  _, k = rwkv_heads(d_model, head_dim)
-  return d_model * k + d_model
+class RWKVStateSize:
+  """``state_size`` of an RWKV config (its ``head_dim``); a base before ``MixerConfig``."""
+
+  def state_size(self, length: int, d_model: int) -> int:
+    """H·K·K + D = d_model·K + d_model: the H matrix states S [K, V] (V = K) and the token-shift buffer (the
+    last real token, D floats); K the head dim derived from d_model (:func:`rwkv_heads`). Independent of the
+    length."""
+    del length
+    _, k = rwkv_heads(d_model, self.head_dim)
+    return d_model * k + d_model
 
 
 def ramp(d: int) -> np.ndarray:
@@ -380,6 +466,20 @@ def token_shift(x, mask, causal: bool, block: int):
   from_next = _take_real(x, nxt, nxt < length)
   backward_channels = (jnp.arange(d) % block) >= (block + 1) // 2
   return jnp.where(backward_channels, from_next, shifted)
+
+
+def rwkv_linear(name, init, z, dtype):
+  """RWKV's bias-free D -> D map ``name`` of z [B, L, D] (kernel initialiser ``init``, computed in ``dtype``)."""
+  return nn.Dense(z.shape[-1], use_bias=False, kernel_init=init, dtype=dtype, name=name)(z)
+
+
+def rwkv_receptance_key_value(xr, xk, xv, heads, dtype):
+  """r, k, v [B, L, H, K]: RWKV's ``receptance``, ``key`` and ``value`` maps (orthogonal, gains 1, 0.1, 1) of
+  their token-mixed inputs [B, L, D], split into ``heads``."""
+  split = lambda z: z.reshape(*z.shape[:2], heads, -1)
+  return (split(rwkv_linear("receptance", nn.initializers.orthogonal(1.0), xr, dtype)),
+          split(rwkv_linear("key", nn.initializers.orthogonal(0.1), xk, dtype)),
+          split(rwkv_linear("value", nn.initializers.orthogonal(1.0), xv, dtype)))
 
 
 def both_ways(cfg, mask, read: str, **arrays):

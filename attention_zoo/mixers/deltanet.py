@@ -70,22 +70,17 @@ Differences from the original:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import ClassVar
 
 import flax.linen as nn
-import jax
-import jax.numpy as jnp
 
-from attention_zoo.mixers._layer_common import (compute_dtype, default_mask, delta_rule_inputs, finish, fla_linear,
-                                                gather, pack, qkv_conv_state_size, rms_normalize)
-from attention_zoo.mixers._linear_recurrence import linear_recurrence
+from attention_zoo.mixers._layer_common import QKVConvStateSize, delta_rule_layer, silu_gate
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
-class DeltaNetConfig(MixerConfig):
+class DeltaNetConfig(QKVConvStateSize, MixerConfig):
   """DeltaNet options (defaults: fla ``fla/layers/delta_net.py`` ``DeltaNet``; module docstring).
 
   Attributes:
@@ -135,15 +130,6 @@ class DeltaNetConfig(MixerConfig):
     heads = math.gcd(self.num_heads, math.gcd(key_dim, value_dim))
     return heads, key_dim // heads, value_dim // heads
 
-  def state_size(self, length: int, d_model: int) -> int:
-    """H·K·V + (W − 1)·H·(2K + V): the delta-rule states [K, V] of the H heads plus, with use_short_conv, the
-    last W − 1 inputs of the q, k and v short convolutions (independent of the length).
-
-    (H, K, V) from :meth:`dims`; W = conv_size.
-    """
-    del length
-    return qkv_conv_state_size(*self.dims(d_model), self.conv_size, self.use_short_conv)
-
 
 @register_mixer("deltanet", DeltaNetConfig)
 class DeltaNet(nn.Module):
@@ -154,19 +140,5 @@ class DeltaNet(nn.Module):
   @nn.compact
   def __call__(self, x, mask, deterministic=True):
     cfg = self.config
-    batch, length, d_model = x.shape
-    dtype = compute_dtype(x)
-    mask = default_mask(x, mask)
-    heads, dk, dv = cfg.dims(d_model)
-    linear = functools.partial(fla_linear, dtype=dtype, std=cfg.initializer_range, param_dtype=jnp.float32)
-    h, packed_mask, dest = pack(x.astype(dtype), mask)
-
-    q, k, v, beta = delta_rule_inputs(h, cfg, heads, dk, dv, dtype, cfg.qk_activation, cfg.qk_norm, cfg.use_beta)
-    o = linear_recurrence(q * dk**-0.5, k, v, beta=beta, mask=packed_mask, causal=cfg.causal, mode=cfg.mode,
-                          chunk_size=cfg.chunk_size)  # [B, L, H, V]
-    o = rms_normalize(o, cfg.norm_eps) * self.param("o_norm", nn.initializers.ones, (dv,)).astype(dtype)
-    if cfg.use_gate:
-      g = linear(heads * dv, "g_proj")(h).reshape(batch, length, heads, dv)
-      o = o * jax.nn.silu(g)
-    y = linear(d_model, "o_proj")(o.reshape(batch, length, heads * dv))
-    return finish(gather(y, dest), mask, x.dtype, cfg.dropout_rate, deterministic)
+    return delta_rule_layer(self, x, mask, deterministic, gate=silu_gate if cfg.use_gate else None,
+                            qk_activation=cfg.qk_activation, qk_norm=cfg.qk_norm, use_beta=cfg.use_beta)

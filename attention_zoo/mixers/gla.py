@@ -53,7 +53,8 @@ Differences from the original:
 - Initialisation uses fla's model-level ``_init_weights`` (N(0, 0.02²)); a bare fla layer would keep PyTorch's
   default Linear init.
 
-State for causal generation (``state_size``): H·K·V floats per example and layer (no short convolution).
+State for causal generation (``state_size``): H·K·V floats per example and layer (no short convolution); with
+the defaults H·(D/2H)·(D/H) = D²/(2H) (H = 4 at widths divisible by 8).
 """
 
 from __future__ import annotations
@@ -65,13 +66,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo.mixers._layer_common import (check_mode, common_heads, compute_dtype, default_mask, finish,
-                                                fla_gated_output, fla_linear, masked_input)
-from attention_zoo.mixers._linear_recurrence import linear_recurrence
+from attention_zoo.mixers._layer_common import (HeadStatesSize, check_mode, common_heads, finish, fla_gated_output,
+                                                fla_heads, fla_linear, layer_input, recurrence)
 from attention_zoo.registry import MixerConfig, register_mixer
 
+
 @dataclasses.dataclass(frozen=True)
-class GLAConfig(MixerConfig):
+class GLAConfig(HeadStatesSize, MixerConfig):
   """GLA options (defaults: fla ``fla/layers/gla.py`` ``GatedLinearAttention``).
 
   Attributes:
@@ -113,14 +114,6 @@ class GLAConfig(MixerConfig):
     heads = common_heads(self.num_heads, key_dim, value_dim)
     return heads, key_dim // heads, value_dim // heads
 
-  def state_size(self, length: int, d_model: int) -> int:
-    """H·K·V: one [K, V] matrix state per head (independent of the length).
-
-    With the defaults, H·(D/2H)·(D/H) = D²/(2H) (H = 4 at widths divisible by 8)."""
-    del length
-    heads, k, v = self.dims(d_model)
-    return heads * k * v
-
 
 @register_mixer("gla", GLAConfig)
 class GLA(nn.Module):
@@ -132,21 +125,16 @@ class GLA(nn.Module):
   def __call__(self, x, mask=None, deterministic=True):
     cfg = self.config
     batch, length, d_model = x.shape
-    dtype = compute_dtype(x)
     heads, k_dim, v_dim = cfg.dims(d_model)
-    mask = default_mask(x, mask)
-    u = masked_input(x, mask, dtype)
+    dtype, mask, u = layer_input(x, mask)
 
-    q = fla_linear(heads * k_dim, "q_proj", dtype)(u).reshape(batch, length, heads, k_dim)
-    k = fla_linear(heads * k_dim, "k_proj", dtype)(u).reshape(batch, length, heads, k_dim)
-    v = fla_linear(heads * v_dim, "v_proj", dtype)(u).reshape(batch, length, heads, v_dim)
+    q, k, v = fla_heads(u, dtype, heads, q_proj=k_dim, k_proj=k_dim, v_proj=v_dim)   # [B, L, H, K|K|V]
     gk = fla_linear(cfg.gate_low_rank_dim, "gk_proj_0", dtype)(u)
     gk = fla_linear(heads * k_dim, "gk_proj_1", dtype, use_bias=True)(gk).reshape(batch, length, heads, k_dim)
     log_decay = jax.nn.log_sigmoid(gk) / cfg.gate_logit_normalizer
     if cfg.clamp_min is not None:
       log_decay = jnp.maximum(log_decay, cfg.clamp_min)
 
-    o = linear_recurrence(q * k_dim ** -0.5, k, v, log_decay=log_decay, mask=mask, causal=cfg.causal,
-                          mode=cfg.mode, chunk_size=cfg.chunk_size)                      # [B, L, H, V]
+    o = recurrence(cfg, q * k_dim ** -0.5, k, v, mask, log_decay=log_decay)                   # [B, L, H, V]
     y = fla_gated_output(self, o, u, d_model, dtype, cfg.norm_eps, cfg.use_output_gate)
     return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)

@@ -75,14 +75,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers._layer_common import (check_mode, compute_dtype, default_mask, finish, fla_linear,
-                                                largest_divisor, masked_input, rms_normalize)
-from attention_zoo.mixers._linear_recurrence import linear_recurrence
+from attention_zoo.mixers._layer_common import (HeadStatesSize, check_mode, finish, fla_heads, fla_linear,
+                                                largest_divisor, layer_input, recurrence, rms_normalize)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
-class HGRN2Config(MixerConfig):
+class HGRN2Config(HeadStatesSize, MixerConfig):
   """HGRN2 options (defaults: fla ``fla/layers/hgrn2.py`` ``HGRN2Attention``).
 
   Attributes:
@@ -116,12 +115,6 @@ class HGRN2Config(MixerConfig):
     heads = d_model // expand
     return heads, expand, d_model // heads
 
-  def state_size(self, length: int, d_model: int) -> int:
-    """H·K·V = D·E: one [E, E] matrix state per head (independent of the length)."""
-    del length
-    heads, k, v = self.dims(d_model)
-    return heads * k * v
-
 
 @register_mixer("hgrn2", HGRN2Config)
 class HGRN2(nn.Module):
@@ -133,14 +126,11 @@ class HGRN2(nn.Module):
   def __call__(self, x, mask=None, deterministic=True):
     cfg = self.config
     batch, length, d_model = x.shape
-    dtype = compute_dtype(x)
     heads, k_dim, v_dim = cfg.dims(d_model)
-    mask = default_mask(x, mask)
-    u = masked_input(x, mask, dtype)
+    dtype, mask, u = layer_input(x, mask)
 
-    q = jax.nn.silu(fla_linear(heads * k_dim, "q_proj", dtype)(u)).reshape(batch, length, heads, k_dim)
-    f = fla_linear(heads * k_dim, "f_proj", dtype)(u).reshape(batch, length, heads, k_dim)
-    v = fla_linear(heads * v_dim, "i_proj", dtype)(u).reshape(batch, length, heads, v_dim)
+    q, f, v = fla_heads(u, dtype, heads, q_proj=k_dim, f_proj=k_dim, i_proj=v_dim)   # [B, L, H, K|K|V]
+    q = jax.nn.silu(q)
     beta = cfg.lower_bound
     log_decay = jax.nn.log_sigmoid(f)
     k = jax.nn.sigmoid(-f)                                                              # 1 − σ(f)
@@ -148,8 +138,7 @@ class HGRN2(nn.Module):
       log_decay = jnp.logaddexp(np.log(beta), np.log1p(-beta) + log_decay)
       k = (1.0 - beta) * k
 
-    o = linear_recurrence(q * k_dim ** -0.5, k, v, log_decay=log_decay, mask=mask, causal=cfg.causal,
-                          mode=cfg.mode, chunk_size=cfg.chunk_size)                      # [B, L, H, V]
+    o = recurrence(cfg, q * k_dim ** -0.5, k, v, mask, log_decay=log_decay)                   # [B, L, H, V]
     norm_weight = self.param("g_norm_weight", nn.initializers.ones, (d_model,), dtype)
     o = rms_normalize(o.astype(dtype).reshape(batch, length, heads * v_dim), cfg.norm_eps) * norm_weight
     y = fla_linear(d_model, "o_proj", dtype)(o)

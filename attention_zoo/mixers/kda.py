@@ -72,22 +72,19 @@ Differences from the original:
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo.mixers._layer_common import (compute_dtype, default_mask, delta_rule_inputs, dt_bias_init, finish,
-                                                fla_linear, gather, key_heads, log_uniform_init, pack,
-                                                qkv_conv_state_size, rms_normalize, value_head_dim)
-from attention_zoo.mixers._linear_recurrence import linear_recurrence
+from attention_zoo.mixers._layer_common import (QKVConvStateSize, delta_rule_layer, dt_bias_init, key_heads,
+                                                log_uniform_init, value_head_dim)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
-class KDAConfig(MixerConfig):
+class KDAConfig(QKVConvStateSize, MixerConfig):
   """KDA options (defaults: fla ``fla/layers/kda.py`` ``KimiDeltaAttention``; module docstring).
 
   Attributes:
@@ -121,15 +118,6 @@ class KDAConfig(MixerConfig):
     heads, dk = key_heads(max(1, d_model), 128, self.num_heads, self.head_dim)
     return heads, dk, value_head_dim(dk, self.expand_v, "kda")
 
-  def state_size(self, length: int, d_model: int) -> int:
-    """H·K·V + (W − 1)·H·(2K + V): the states [K, V] of the H heads plus, with use_short_conv, the last W − 1
-    inputs of the q, k and v short convolutions (independent of the length).
-
-    (H, K, V) from :meth:`dims`; W = conv_size.
-    """
-    del length
-    return qkv_conv_state_size(*self.dims(d_model), self.conv_size, self.use_short_conv)
-
 
 @register_mixer("kda", KDAConfig)
 class KDA(nn.Module):
@@ -139,25 +127,15 @@ class KDA(nn.Module):
 
   @nn.compact
   def __call__(self, x, mask, deterministic=True):
-    cfg = self.config
-    batch, length, d_model = x.shape
-    dtype = compute_dtype(x)
-    mask = default_mask(x, mask)
-    heads, dk, dv = cfg.dims(d_model)
-    linear = functools.partial(fla_linear, dtype=dtype, std=cfg.initializer_range, param_dtype=jnp.float32)
-    h, packed_mask, dest = pack(x.astype(dtype), mask)
+    def decay(h, linear, heads, dk, dv):  # fla's naive_kda_gate on the low-rank f_proj (rank V) [B, L, H, K]
+      f = linear(heads * dk, "f_proj_1")(linear(dv, "f_proj_0")(h))
+      a_log = self.param("ssm_A_log", log_uniform_init(1.0, 16.0), (heads,)).astype(h.dtype)
+      dt_bias = self.param("ssm_dt_bias", dt_bias_init(), (heads * dk,)).astype(h.dtype)
+      return -jnp.exp(a_log)[:, None] * jax.nn.softplus((f + dt_bias).reshape(*h.shape[:2], heads, dk))
 
-    q, k, v, beta = delta_rule_inputs(h, cfg, heads, dk, dv, dtype)  # [B, L, H, K] ×2, [B, L, H, V], [B, L, H]
-    f = linear(heads * dk, "f_proj_1")(linear(dv, "f_proj_0")(h))
-    a_log = self.param("ssm_A_log", log_uniform_init(1.0, 16.0), (heads,)).astype(dtype)
-    dt_bias = self.param("ssm_dt_bias", dt_bias_init(), (heads * dk,)).astype(dtype)
-    log_decay = (-jnp.exp(a_log)[:, None]
-                 * jax.nn.softplus((f + dt_bias).reshape(batch, length, heads, dk)))  # [B, L, H, K]
+    def gate(h, linear, heads, dk, dv):  # sigmoid of the low-rank g_proj (rank V) [B, L, H, V]
+      del dk
+      g = linear(heads * dv, "g_proj_1", use_bias=True)(linear(dv, "g_proj_0")(h))
+      return jax.nn.sigmoid(g.reshape(*h.shape[:2], heads, dv))
 
-    o = linear_recurrence(q * dk**-0.5, k, v, log_decay=log_decay, beta=beta, mask=packed_mask,
-                          causal=cfg.causal, mode=cfg.mode, chunk_size=cfg.chunk_size)  # [B, L, H, V]
-    g = linear(heads * dv, "g_proj_1", use_bias=True)(linear(dv, "g_proj_0")(h))
-    o = rms_normalize(o, cfg.norm_eps) * self.param("o_norm", nn.initializers.ones, (dv,)).astype(dtype)
-    o = o * jax.nn.sigmoid(g.reshape(batch, length, heads, dv))
-    y = linear(d_model, "o_proj")(o.reshape(batch, length, heads * dv))
-    return finish(gather(y, dest), mask, x.dtype, cfg.dropout_rate, deterministic)
+    return delta_rule_layer(self, x, mask, deterministic, decay, gate)

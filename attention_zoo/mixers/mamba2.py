@@ -84,10 +84,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo.mixers._layer_common import (check_mode, compute_dtype, default_mask, dt_bias_init, finish,
-                                                largest_divisor, log_uniform_init, masked_input, rms_normalize,
-                                                short_conv_real, uniform)
-from attention_zoo.mixers._linear_recurrence import linear_recurrence
+from attention_zoo.mixers._layer_common import (check_mode, dt_bias_init, finish, largest_divisor, layer_input,
+                                                log_uniform_init, recurrence, rms_normalize, short_conv_real, uniform)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
@@ -166,12 +164,10 @@ class Mamba2(nn.Module):
   def __call__(self, x, mask=None, deterministic=True):
     cfg = self.config
     batch, length, d_model = x.shape
-    dtype = compute_dtype(x)
     d_inner, heads, headdim = cfg.dims(d_model)
     n, groups, width = cfg.d_state, cfg.ngroups, cfg.d_conv
     conv_dim = d_inner + 2 * groups * n
-    mask = default_mask(x, mask)
-    u = masked_input(x, mask, dtype)
+    dtype, mask, u = layer_input(x, mask)
 
     zxbcdt = nn.Dense(2 * d_inner + 2 * groups * n + heads, use_bias=False, dtype=dtype, param_dtype=dtype,
                       kernel_init=uniform(d_model ** -0.5), name="in_proj")(u)
@@ -191,8 +187,7 @@ class Mamba2(nn.Module):
     delta = jax.nn.softplus(dt + dt_bias)                                                 # [B, L, H]
     log_decay = delta * -jnp.exp(a_log)                                                   # Δ·A [B, L, H]
 
-    y = linear_recurrence(c_in, b_in * delta[..., None], xs, log_decay=log_decay, mask=mask, causal=cfg.causal,
-                          mode=cfg.mode, chunk_size=cfg.chunk_size)                        # [B, L, H, P]
+    y = recurrence(cfg, c_in, b_in * delta[..., None], xs, mask, log_decay=log_decay)          # [B, L, H, P]
     y = y.astype(dtype) + d_skip[:, None] * xs
     y = y.reshape(batch, length, d_inner) * jax.nn.silu(z)
     y = rms_normalize(y.reshape(batch, length, groups, d_inner // groups), cfg.norm_eps)

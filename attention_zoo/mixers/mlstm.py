@@ -99,8 +99,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo.mixers._layer_common import (check_mode, compute_dtype, default_mask, finish, group_normalize,
-                                                masked_input, short_conv_real, uniform)
+from attention_zoo.mixers._layer_common import (check_mode, finish, group_normalize, layer_input, short_conv_real,
+                                                uniform)
 from attention_zoo.mixers._linear_recurrence import linear_recurrence
 from attention_zoo.registry import MixerConfig, register_mixer
 
@@ -225,9 +225,7 @@ class MLSTM(nn.Module):
     inner = cfg.inner_dim(d)
     heads = cfg.num_heads
     k_dim = inner // heads
-    real = compute_dtype(x)
-    mask = default_mask(x, mask)
-    u = masked_input(x, mask, real)
+    real, mask, u = layer_input(x, mask)
 
     up = nn.Dense(2 * inner, use_bias=cfg.bias, dtype=real, kernel_init=small_init(d), name="proj_up")(u)
     x_m, z = up[..., :inner], up[..., inner:]                                        # [B, L, E] each

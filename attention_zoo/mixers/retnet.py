@@ -67,7 +67,8 @@ Differences from the original:
   model-level ``_init_weights`` (N(0, 0.02²)); a bare fla layer would keep PyTorch's default Linear init.
 
 State for causal generation (``state_size``): H·K·V floats per example and layer (RoPE needs only the position
-counter, which is not counted, as in Zoology).
+counter, which is not counted, as in Zoology); with the defaults H·(D/H)·(2D/H) = 2D²/H (H = 8 at widths divisible
+by 8).
 """
 
 from __future__ import annotations
@@ -80,9 +81,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers._layer_common import (check_mode, common_heads, compute_dtype, default_mask, finish,
-                                                fla_gated_output, fla_linear, masked_input)
-from attention_zoo.mixers._linear_recurrence import linear_recurrence
+from attention_zoo.mixers._layer_common import (HeadStatesSize, check_mode, common_heads, finish, fla_gated_output,
+                                                fla_heads, layer_input, recurrence)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
@@ -103,7 +103,7 @@ def rotary(z: jax.Array, positions: jax.Array, base: float) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class RetNetConfig(MixerConfig):
+class RetNetConfig(HeadStatesSize, MixerConfig):
   """Multi-scale retention options (defaults: fla ``fla/layers/multiscale_retention.py``).
 
   Attributes:
@@ -141,14 +141,6 @@ class RetNetConfig(MixerConfig):
     heads = common_heads(self.num_heads, key_dim, value_dim, even=key_dim)
     return heads, key_dim // heads, value_dim // heads
 
-  def state_size(self, length: int, d_model: int) -> int:
-    """H·K·V: one [K, V] matrix state per head (independent of the length).
-
-    With the defaults, H·(D/H)·(2D/H) = 2D²/H (H = 8 at widths divisible by 8)."""
-    del length
-    heads, k, v = self.dims(d_model)
-    return heads * k * v
-
 
 @register_mixer("retnet", RetNetConfig)
 class RetNet(nn.Module):
@@ -159,20 +151,15 @@ class RetNet(nn.Module):
   @nn.compact
   def __call__(self, x, mask=None, deterministic=True):
     cfg = self.config
-    batch, length, d_model = x.shape
-    dtype = compute_dtype(x)
+    d_model = x.shape[-1]
     heads, k_dim, v_dim = cfg.dims(d_model)
-    mask = default_mask(x, mask)
-    u = masked_input(x, mask, dtype)
+    dtype, mask, u = layer_input(x, mask)
     positions = jnp.cumsum(mask, axis=1) - 1                                             # [B, L] real-token index
 
-    q = fla_linear(heads * k_dim, "q_proj", dtype)(u).reshape(batch, length, heads, k_dim)
-    k = fla_linear(heads * k_dim, "k_proj", dtype)(u).reshape(batch, length, heads, k_dim)
-    v = fla_linear(heads * v_dim, "v_proj", dtype)(u).reshape(batch, length, heads, v_dim)
+    q, k, v = fla_heads(u, dtype, heads, q_proj=k_dim, k_proj=k_dim, v_proj=v_dim)   # [B, L, H, K|K|V]
     q, k = rotary(q, positions, cfg.rope_base), rotary(k, positions, cfg.rope_base)
     log_decay = jnp.asarray(retention_log_decay(heads), dtype)                          # [H]
 
-    o = linear_recurrence(q * k_dim ** -0.5, k, v, log_decay=log_decay, mask=mask, causal=cfg.causal,
-                          mode=cfg.mode, chunk_size=cfg.chunk_size)                      # [B, L, H, V]
+    o = recurrence(cfg, q * k_dim ** -0.5, k, v, mask, log_decay=log_decay)                   # [B, L, H, V]
     y = fla_gated_output(self, o, u, d_model, dtype, cfg.norm_eps, cfg.use_output_gate)
     return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)

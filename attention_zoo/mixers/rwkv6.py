@@ -105,14 +105,14 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers._layer_common import (both_ways, check_mode, compute_dtype, default_mask, finish, group_norm,
-                                                masked_input, ramp, rwkv_heads, rwkv_state_size, token_shift, uniform,
-                                                xavier_uniform_fla)
+from attention_zoo.mixers._layer_common import (RWKVStateSize, both_ways, check_mode, finish, group_norm, layer_input,
+                                                ramp, rwkv_heads, rwkv_linear, rwkv_receptance_key_value, token_shift,
+                                                uniform, xavier_uniform_fla)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
-class RWKV6Config(MixerConfig):
+class RWKV6Config(RWKVStateSize, MixerConfig):
   """RWKV-6 time-mix options (module docstring; defaults of RWKV-LM ``RWKV_Tmix_x060``).
 
   Attributes:
@@ -133,13 +133,6 @@ class RWKV6Config(MixerConfig):
 
   paper_name: ClassVar[str | None] = "RWKV-6"
   family: ClassVar[str] = "linear-recurrent"
-
-  def state_size(self, length: int, d_model: int) -> int:
-    """H·K·K + D = d_model·K + d_model: the H matrix states S [K, V] (V = K) and the token-shift buffer (the
-    last real token, D floats); K the head dim derived from d_model (module docstring). Independent of the
-    length."""
-    del length
-    return rwkv_state_size(d_model, self.head_dim)
 
 
 def time_maa_init(power: float, offset: float = 0.0):
@@ -174,10 +167,7 @@ class RWKV6(nn.Module):
     check_mode("rwkv6", cfg.mode)
     b, length, d = x.shape
     h, kd = rwkv_heads(d, cfg.head_dim)
-    real = compute_dtype(x)
-    mask = default_mask(x, mask)
-    keep = mask[..., None]
-    xs = masked_input(x, mask, real)
+    real, mask, xs = layer_input(x, mask)
 
     p = lambda name, init, shape: self.param(name, init, shape).astype(real)
     maa_x = p("time_maa_x", time_maa_init(1.0), (d,))
@@ -194,24 +184,18 @@ class RWKV6(nn.Module):
     ln_scale = p("ln_x_scale", nn.initializers.ones, (d,))
     ln_bias = p("ln_x_bias", nn.initializers.zeros, (d,))
 
-    def dense(name, init, z):
-      return nn.Dense(d, use_bias=False, kernel_init=init, dtype=real, name=name)(z)
-
     delta = token_shift(xs, mask, cfg.causal, kd) - xs                                  # Δ [B, L, D]
     lora = jnp.tanh(jnp.einsum("bld,dr->blr", xs + delta * maa_x, maa_w1)).reshape(b, length, 5, rank)
     mixes = jnp.einsum("blfr,frd->blfd", lora, maa_w2)                                 # m [B, L, F, D]
     xw, xk, xv, xr, xg = jnp.unstack(xs[:, :, None] + delta[:, :, None] * (maa + mixes), axis=2)
 
-    split = lambda z: z.reshape(b, length, h, kd)  # [B, L, D] -> [B, L, H, K]
-    r = split(dense("receptance", nn.initializers.orthogonal(1.0), xr))
-    k = split(dense("key", nn.initializers.orthogonal(0.1), xk))
-    v = split(dense("value", nn.initializers.orthogonal(1.0), xv))
-    g = nn.silu(dense("gate", nn.initializers.orthogonal(0.1), xg))                  # [B, L, D]
+    r, k, v = rwkv_receptance_key_value(xr, xk, xv, h, real)                          # [B, L, H, K]
+    g = nn.silu(rwkv_linear("gate", nn.initializers.orthogonal(0.1), xg, real))       # [B, L, D]
     decay_lora = jnp.einsum("blq,qd->bld", jnp.tanh(jnp.einsum("bld,dq->blq", xw, decay_w1)), decay_w2)
-    log_w = split(-jnp.exp(decay + decay_lora))                                      # log w [B, L, H, K]
+    log_w = (-jnp.exp(decay + decay_lora)).reshape(b, length, h, kd)                  # log w [B, L, H, K]
 
     o = both_ways(cfg, mask, "before", q=r, k=k, v=v, log_decay=log_w)                 # [B, L, H, V]
     o = o + jnp.einsum("blhk,hk,blhk->blh", r, bonus, k)[..., None] * v             # the bonus, token t
-    o = jnp.where(keep[..., None], o, 0)
-    y = dense("output", xavier_uniform_fla, group_norm(o, ln_scale, ln_bias, cfg.norm_eps) * g)
+    o = jnp.where(mask[..., None, None], o, 0)
+    y = rwkv_linear("output", xavier_uniform_fla, group_norm(o, ln_scale, ln_bias, cfg.norm_eps) * g, real)
     return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)

@@ -103,14 +103,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers._layer_common import (both_ways, check_mode, compute_dtype, default_mask, finish, group_norm,
-                                                masked_input, ramp, rwkv_heads, rwkv_state_size, token_shift, uniform,
-                                                xavier_uniform_fla)
+from attention_zoo.mixers._layer_common import (RWKVStateSize, both_ways, check_mode, finish, group_norm, layer_input,
+                                                ramp, rwkv_heads, rwkv_linear, rwkv_receptance_key_value, token_shift,
+                                                uniform, xavier_uniform_fla)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
-class RWKV7Config(MixerConfig):
+class RWKV7Config(RWKVStateSize, MixerConfig):
   """RWKV-7 time-mix options (module docstring; defaults of RWKV-LM ``RWKV_Tmix_x070``).
 
   Attributes:
@@ -131,13 +131,6 @@ class RWKV7Config(MixerConfig):
 
   paper_name: ClassVar[str | None] = "RWKV-7"
   family: ClassVar[str] = "linear-recurrent"
-
-  def state_size(self, length: int, d_model: int) -> int:
-    """H·K·K + D = d_model·K + d_model: the H matrix states S [K, V] (V = K) and the token-shift buffer (the
-    last real token, D floats); K the head dim derived from d_model (module docstring). Independent of the
-    length."""
-    del length
-    return rwkv_state_size(d_model, self.head_dim)
 
   def ranks(self, d_model: int) -> tuple[int, int, int]:
     """(Q_w, Q_a, Q_g): the configured ranks, or RWKV-LM's max(32, round(c·√D / 32)·32), c = 2.5, 2.5, 5."""
@@ -187,10 +180,7 @@ class RWKV7(nn.Module):
     h, kd = rwkv_heads(d, cfg.head_dim)
     q_w, q_a, q_g = cfg.ranks(d)
     eps = kd * 1e-5 if cfg.norm_eps is None else cfg.norm_eps
-    real = compute_dtype(x)
-    mask = default_mask(x, mask)
-    keep = mask[..., None]
-    xs = masked_input(x, mask, real)
+    real, mask, xs = layer_input(x, mask)
 
     p = lambda name, init, shape: self.param(name, init, shape).astype(real)
     ddd = ramp(d)
@@ -213,16 +203,11 @@ class RWKV7(nn.Module):
     ln_scale = p("ln_x_scale", nn.initializers.ones, (d,))
     ln_bias = p("ln_x_bias", nn.initializers.zeros, (d,))
 
-    def dense(name, init, z):
-      return nn.Dense(d, use_bias=False, kernel_init=init, dtype=real, name=name)(z)
-
     delta = token_shift(xs, mask, cfg.causal, kd) - xs                                  # Δ [B, L, D]
     xr, xw, xk, xv, xa, xg = jnp.unstack(xs[:, :, None] + delta[:, :, None] * mu, axis=2)
 
+    r, k, v = rwkv_receptance_key_value(xr, xk, xv, h, real)                          # [B, L, H, K]
     split = lambda z: z.reshape(b, length, h, kd)  # [B, L, D] -> [B, L, H, K]
-    r = split(dense("receptance", nn.initializers.orthogonal(1.0), xr))
-    k = split(dense("key", nn.initializers.orthogonal(0.1), xk))
-    v = split(dense("value", nn.initializers.orthogonal(1.0), xv))
     down = lambda z, m: jnp.einsum("bld,dq->blq", z, m)  # LoRA in:  [B, L, D] -> [B, L, Q]
     up = lambda z, m: jnp.einsum("blq,qd->bld", z, m)    # LoRA out: [B, L, Q] -> [B, L, D]
     log_w = split(-math.exp(-0.5) * jax.nn.sigmoid(w0 + up(jnp.tanh(down(xw, w1)), w2)))  # log w [B, L, H, K]
@@ -234,8 +219,8 @@ class RWKV7(nn.Module):
     o = both_ways(cfg, mask, "after", q=r, k=k, v=v, log_decay=log_w, a=kappa * a, b=-kappa)  # [B, L, H, V]
     if not cfg.causal:  # token t's own write is in both passes
       o = o - jnp.einsum("blhk,blhk->blh", r, k)[..., None] * v
-    o = jnp.where(keep[..., None], o, 0)
+    o = jnp.where(mask[..., None, None], o, 0)
     bonus = jnp.einsum("blhk,blhk,hk->blh", r, k, r_k)[..., None] * v                # [B, L, H, V]
     o = group_norm(o, ln_scale, ln_bias, eps) + bonus.reshape(b, length, d)
-    y = dense("output", xavier_uniform_fla, o * g)
+    y = rwkv_linear("output", xavier_uniform_fla, o * g, real)
     return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)
