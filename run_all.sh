@@ -9,9 +9,20 @@
 #
 # Options: --protocol P (cpu), --data_dir DIR ($LRA_DATA_DIR or ./lra_data),
 #          --results_dir DIR (results/<protocol>), --seeds "0,1,2" (0), --out DIR (<results_dir>/report),
-#          --skip_bench, --workers N (suite workers sharing the grid through their per-cell locks;
-#          2 on cpu and smoke, 1 otherwise). Rerunning resumes: finished cells and measured points are
-#          not redone.
+#          --skip_bench, --workers N (processes side by side in the suite and in the benchmark: 2 on cpu and
+#          smoke, 1 otherwise), --tasks LIST and --attentions LIST (all: a part of the grid),
+#          --set KEY=VALUE (repeatable: every suite cell), --lengths LIST (the benchmark's lengths),
+#          --bench_mode core|train|inference (core on cpu, else train: what one benchmark point times).
+#          Rerunning resumes: finished cells and measured points are not redone.
+#
+# The terminal: one progress display per stage (a bar on a terminal, one line per finished unit when the
+# output is a file or a pipe; the workers' own logs hold the detail), then the report's summary (the one
+# index.md opens with), the paths of the report and the records, and the wall time of each stage.
+#
+# Stopping: Ctrl-C, or `kill` of this script's process, stops every process it started within seconds (each
+# stage runs in a process group of its own: SIGTERM to the group, then SIGKILL to what is left) and waits for
+# them; no lock stays held, and the next ./run_all.sh resumes where this one stopped (a cell cut short
+# resumes from its checkpoint, a point cut short is measured again; nothing is recorded twice).
 #
 # Compiled programs are kept in JAX's persistent compilation cache ($JAX_COMPILATION_CACHE_DIR, default
 # <results_dir>/../.jax_cache), shared by the suite's workers and the benchmark: a second run (another
@@ -32,6 +43,11 @@ OUT=""
 SEEDS="0"
 BENCH=1
 WORKERS=""
+TASKS=all
+ATTENTIONS=all
+LENGTHS=""
+BENCH_MODE=""
+SETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --protocol) PROTOCOL="$2"; shift 2 ;;
@@ -41,6 +57,11 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift 2 ;;
     --skip_bench) BENCH=0; shift ;;
     --workers) WORKERS="$2"; shift 2 ;;
+    --tasks) TASKS="${2// /,}"; shift 2 ;;
+    --attentions) ATTENTIONS="${2// /,}"; shift 2 ;;
+    --lengths) LENGTHS="${2// /,}"; shift 2 ;;
+    --bench_mode) BENCH_MODE="$2"; shift 2 ;;
+    --set) SETS+=(--set "$2"); shift 2 ;;
     *) echo "error: unknown option $1 (see the header of run_all.sh)" >&2; exit 2 ;;
   esac
 done
@@ -49,11 +70,54 @@ RESULTS_DIR="${RESULTS_DIR:-results/$PROTOCOL}"
 [ -n "$WORKERS" ] || { case "$PROTOCOL" in cpu|smoke) WORKERS=2 ;; *) WORKERS=1 ;; esac; }
 case "$WORKERS" in ''|*[!0-9]*|0) echo "error: --workers must be a whole number >= 1, got '$WORKERS'" >&2; exit 2 ;; esac
 OUT="${OUT:-$RESULTS_DIR/report}"
+START=$SECONDS
+STAGE_TIMES=()  # "name seconds" of each stage, printed at the end
+
+# Stopping. Each stage runs in the background, in a session (and process group) of its own (setsid; a
+# background job of a non-interactive shell is never a group leader, so setsid starts no extra process and
+# $! is the group's id), and the script waits for it with `wait`, which a trapped signal interrupts at once
+# (a foreground child would delay the trap until it ended). On SIGINT or SIGTERM the trap sends SIGTERM to
+# that group, SIGKILL to whatever of it is left after STOP_GRACE_S, and waits.
+STOP_GRACE_S=30
+CHILD=""
+group_alive() {  # group_alive PGID: some process of the group still runs (zombies do not count)
+  ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
+}
+stop_all() {  # stop_all NAME NUMBER: the trap
+  trap '' INT TERM
+  if [ -n "$CHILD" ]; then
+    echo "== run_all.sh: got SIG$1; stopping every process it started (group $CHILD) ..." >&2
+    kill -TERM -- "-$CHILD" 2>/dev/null || true
+    for ((i = 0; i < STOP_GRACE_S * 10; i++)); do group_alive "$CHILD" || break; sleep 0.1; done
+    if group_alive "$CHILD"; then kill -KILL -- "-$CHILD" 2>/dev/null || true; fi
+    wait "$CHILD" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do group_alive "$CHILD" || break; sleep 0.1; done
+  fi
+  echo "== run_all.sh: stopped after $((SECONDS - START)) s; nothing of it runs any more. Rerun the same" \
+    "command to resume (finished cells and measured points are kept; a cut-short cell resumes from its" \
+    "checkpoint)." >&2
+  exit $((128 + $2))
+}
+trap 'stop_all INT 2' INT
+trap 'stop_all TERM 15' TERM
+run() {  # run CMD...: runs CMD in its own process group and waits for it; returns its exit status
+  setsid "$@" < /dev/null &
+  CHILD=$!
+  local status=0
+  wait "$CHILD" || status=$?
+  CHILD=""
+  return "$status"
+}
+stage_done() {  # stage_done NAME STARTED_AT
+  STAGE_TIMES+=("$1 $((SECONDS - $2)) s")
+}
+
+T=$SECONDS
 if [ -z "${LRA_BENCH_NO_SETUP:-}" ]; then
   source scripts/setup_env.sh
 fi
+stage_done setup "$T"
 LRA_BENCH="${LRA_BENCH:-lra-bench}"   # e.g. LRA_BENCH="python -m lra_bench" with LRA_BENCH_NO_SETUP=1
-START=$SECONDS
 case "$RESULTS_DIR" in /*) ABS_RESULTS="$RESULTS_DIR" ;; *) ABS_RESULTS="$PWD/$RESULTS_DIR" ;; esac
 export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$(dirname "$ABS_RESULTS")/.jax_cache}"
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0}"
@@ -68,78 +132,91 @@ esac
 # Data: generate what can be made here (ListOps, Pathfinder); check the others. A missing dataset is
 # reported with the command that fixes it and its runs record status "no_data"; it never aborts the suite.
 # A protocol without a config for a task (e.g. `cpu` has no Pathfinder) says so in one line and goes on.
+wanted() { [ "$TASKS" = all ] || [[ ",$TASKS," == *",$1,"* ]]; }
+T=$SECONDS
+echo "== data ($PROTOCOL) in $DATA_DIR" >&2
 for task in listops pathfinder; do
-  $LRA_BENCH data prepare "$task" --protocol "$PROTOCOL" --data_dir "$DATA_DIR" \
+  wanted "$task" || continue
+  run $LRA_BENCH data prepare "$task" --protocol "$PROTOCOL" --data_dir "$DATA_DIR" \
     || echo "== $task: not prepared (above); its cells are skipped or recorded as no_data" >&2
 done
 for task in text retrieval image; do
-  $LRA_BENCH data prepare "$task" --protocol "$PROTOCOL" --data_dir "$DATA_DIR" \
+  wanted "$task" || continue
+  run $LRA_BENCH data prepare "$task" --protocol "$PROTOCOL" --data_dir "$DATA_DIR" \
     || echo "== $task: no data here (fix above); its runs will be recorded as no_data" >&2
 done
 case "$PROTOCOL" in
   cpu|smoke) ;;  # no Path-X config: 16K tokens per example do not fit a CPU cell
-  *) echo "== pathx: not generated by run_all.sh (200k 128x128 images take ~13 CPU-hours); make it with:" >&2
-     echo "   $LRA_BENCH data prepare pathx --protocol $PROTOCOL --data_dir $DATA_DIR" >&2 ;;
+  *) if wanted pathx; then
+       echo "== pathx: not generated by run_all.sh (200k 128x128 images take ~13 CPU-hours); make it with:" >&2
+       echo "   $LRA_BENCH data prepare pathx --protocol $PROTOCOL --data_dir $DATA_DIR" >&2
+     fi ;;
 esac
+stage_done data "$T"
 
-echo "== suite ($PROTOCOL): every task with a config x every registered attention x seeds $SEEDS," \
-  "$WORKERS worker(s)" >&2
-# Extra workers share the grid through the suite's per-cell locks (no cell runs twice); their progress
-# goes to <results_dir>/suite_worker<k>.log, the first worker's to the terminal.
+echo "== suite ($PROTOCOL): tasks $TASKS x attentions $ATTENTIONS x seeds $SEEDS, $WORKERS worker(s)" >&2
+# Several workers share the grid through the suite's per-cell locks (no cell runs twice): the suite's local
+# launcher starts them (their logs: <results_dir>/submitit/) and shows their progress from the records.
 mkdir -p "$RESULTS_DIR"
-SUITE=($LRA_BENCH suite --protocol "$PROTOCOL" --tasks all --attentions all --seeds "$SEEDS"
-       --data_dir "$DATA_DIR" --results_dir "$RESULTS_DIR")
-PIDS=()
-for ((w = 2; w <= WORKERS; w++)); do
-  "${SUITE[@]}" > "$RESULTS_DIR/suite_worker$w.log" 2>&1 &
-  PIDS+=($!)
-done
+SUITE=($LRA_BENCH suite --protocol "$PROTOCOL" --tasks "$TASKS" --attentions "$ATTENTIONS" --seeds "$SEEDS"
+       --data_dir "$DATA_DIR" --results_dir "$RESULTS_DIR" ${SETS[@]+"${SETS[@]}"})
+[ "$WORKERS" = 1 ] || SUITE+=(--launcher local --workers "$WORKERS")
+T=$SECONDS
 STATUS=0
-"${SUITE[@]}" || STATUS=$?
-for pid in "${PIDS[@]}"; do wait "$pid" || STATUS=$?; done
+run "${SUITE[@]}" || STATUS=$?
+stage_done suite "$T"
 # Exit 1 = the grid ran but some cells ended `failed` (the report still shows them, with their errors);
 # anything else (a usage error, a crash, a signal) stops here.
 if [ "$STATUS" = 1 ]; then
-  echo "== some cells failed (see the suite summary above and $RESULTS_DIR/suite_worker*.log);" \
+  echo "== some cells failed (see the suite summary above and its workers' logs);" \
     "the report lists them; run_all.sh will exit 1" >&2
 elif [ "$STATUS" != 0 ]; then
-  echo "error: a suite worker failed (exit $STATUS); see above and $RESULTS_DIR/suite_worker*.log" >&2
+  echo "error: the suite failed (exit $STATUS); see above and $RESULTS_DIR/submitit/*_log.out" >&2
   exit "$STATUS"
 fi
 
 if [ "$BENCH" = 1 ]; then
   echo "== efficiency benchmark" >&2
-  if [ "$PROTOCOL" = cpu ]; then
-    # Compiling is most of this sweep, so the attentions are dealt to $WORKERS processes side by side,
-    # each on one XLA thread: every point, vanilla's and flash's included, is timed under the same
-    # condition (one busy neighbour core), and the crossover table compares like with like. Attention
+  T=$SECONDS
+  # One XLA thread per worker: the workers run side by side, each point timed under the same condition (one
+  # busy neighbour core), so the crossover table compares like with like.
+  ONE_THREAD="${XLA_FLAGS:+$XLA_FLAGS }--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+  if [ "$PROTOCOL" = cpu ] || [ "$BENCH_MODE" = core ]; then
+    # Compiling is most of this sweep, so the attentions are dealt to $WORKERS processes side by side. Attention
     # dropout is off: the method's arithmetic is what is timed. With LRA's 0.1 the mask's random bits
     # (JAX's threefry) doubled some cores' step and made half of the sweep's compiling (all 46 cores at
     # 1024 tokens, one process: 178 s with dropout, 108 s without; docs/cpu_protocol.md).
-    NAMES=$($LRA_BENCH list 2>/dev/null | sed -n 's/^attentions: *//p' | tr ',' '\n' | tr -d ' ')
-    BENCH_PIDS=()
-    for ((w = 0; w < WORKERS; w++)); do
-      PART=$(echo "$NAMES" | awk -v w="$w" -v n="$WORKERS" '(NR - 1) % n == w' | paste -sd, -)
-      [ -n "$PART" ] || continue
-      XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
-        $LRA_BENCH bench --mode core --attentions "$PART" --lengths 256,512,1024,2048,4096 --noisolate \
-        --batch_size 1 --repeats 3 --warmup_steps 1 --set model.attention_dropout_rate=0.0 \
-        --results_dir "$RESULTS_DIR" \
-        > "$RESULTS_DIR/bench_worker$w.log" 2>&1 &
-      BENCH_PIDS+=($!)
-    done
-    for pid in "${BENCH_PIDS[@]}"; do wait "$pid" || STATUS=1; done
-    cat "$RESULTS_DIR"/bench_worker*.log | grep -E "bench finished|failed|oom" >&2 || true
+    BENCH_CMD=($LRA_BENCH bench --mode "${BENCH_MODE:-core}" --lengths "${LENGTHS:-256,512,1024,2048,4096}" --noisolate
+               --batch_size 1 --repeats 3 --warmup_steps 1 --set model.attention_dropout_rate=0.0)
   elif [ "$PROTOCOL" = smoke ]; then
-    $LRA_BENCH bench --attentions all --lengths 256 --noisolate \
-      --batch_size 1 --repeats 3 --warmup_steps 1 --results_dir "$RESULTS_DIR"
+    BENCH_CMD=($LRA_BENCH bench --mode "${BENCH_MODE:-train}" --lengths "${LENGTHS:-256}" --noisolate --batch_size 1
+               --repeats 3 --warmup_steps 1)
   else
-    $LRA_BENCH bench --attentions all --lengths 1024,2048,3072,4096,8192,16384 --batch_size 32 \
-      --repeats 10 --warmup_steps 2 --results_dir "$RESULTS_DIR"
+    BENCH_CMD=($LRA_BENCH bench --mode "${BENCH_MODE:-train}" --lengths "${LENGTHS:-1024,2048,3072,4096,8192,16384}"
+               --batch_size 32 --repeats 10 --warmup_steps 2)
   fi
+  BENCH_CMD+=(--attentions "$ATTENTIONS" --workers "$WORKERS" --results_dir "$RESULTS_DIR")
+  BENCH_STATUS=0
+  if [ "$WORKERS" = 1 ]; then
+    run "${BENCH_CMD[@]}" || BENCH_STATUS=$?
+  else
+    XLA_FLAGS="$ONE_THREAD" run "${BENCH_CMD[@]}" || BENCH_STATUS=$?
+  fi
+  [ "$BENCH_STATUS" = 0 ] || { echo "== the benchmark ended with exit $BENCH_STATUS (above)" >&2; STATUS=1; }
+  stage_done bench "$T"
 fi
 
 echo "== report" >&2
-$LRA_BENCH report --results_dir "$RESULTS_DIR" --out "$OUT"
-echo "done in $((SECONDS - START)) s; records: $RESULTS_DIR/results.jsonl; report: $OUT/index.md" >&2
+T=$SECONDS
+PATTERNS=all
+if [ "$ATTENTIONS" != all ]; then  # the heatmaps of the attention cores run (a mixer has none)
+  CORES=",$($LRA_BENCH list attentions 2>/dev/null | paste -sd, -),"
+  PATTERNS=$(echo "$ATTENTIONS" | tr ',' '\n' | while read -r name; do
+    [[ "$CORES" == *",$name,"* ]] && echo "$name"; done | paste -sd, -)
+  PATTERNS="${PATTERNS:-none}"
+fi
+run $LRA_BENCH report --results_dir "$RESULTS_DIR" --out "$OUT" --patterns "$PATTERNS"
+stage_done report "$T"
+echo "records: $RESULTS_DIR/results.jsonl; report: $OUT/index.md"
+echo "wall time: $(IFS=,; echo "${STAGE_TIMES[*]}" | sed 's/,/, /g'); total $((SECONDS - START)) s"
 exit "$STATUS"

@@ -438,6 +438,9 @@ def _add_bench(commands, common) -> None:
                  "recorded as failed")
   p.add_argument("--isolate", action=BoolFlag, default=True, help="each point in a fresh subprocess "
                  "(--noisolate: in this process)")
+  p.add_argument("--workers", type=int_at_least(1), default=1, help="processes side by side, the attentions "
+                 "dealt to them in turn (each logs to <results_dir>/bench_worker<k>.log; this one shows the "
+                 "progress of all)")
   p.add_argument("--results_dir", type=output_dir, required=True, help="records go to results.jsonl here")
   _add_overrides(p, "every point")
 
@@ -662,13 +665,13 @@ def _bench(args: argparse.Namespace) -> str:
                             batch_size=args.batch_size, mode=args.mode, warmup_steps=args.warmup_steps,
                             repeats=args.repeats, compile_only=args.compile_only,
                             compile_only_from=args.compile_only_from, timeout_s=args.timeout,
-                            isolate=args.isolate, overrides=args.set)
+                            isolate=args.isolate, overrides=args.set, workers=args.workers)
   return "\n".join(summary.lines())
 
 
 def _report(args: argparse.Namespace) -> str:
   from lra_bench.experiments import results
-  from lra_bench.report import index
+  from lra_bench.report import index, summary
   from lra_bench.training import steps, xla_stats
 
   records = os.path.join(args.results_dir, results.RESULTS_FILE)
@@ -697,8 +700,11 @@ def _report(args: argparse.Namespace) -> str:
   paths = index.write_report(args.results_dir, out, reference_dir=args.reference_dir,
                              attention_length=args.length, attention_names=patterns,
                              command="lra-bench " + " ".join(map(shlex.quote, sys.argv[1:])),
-                             attention_compiler=steps.compile_run_once, attention_fits=xla_stats.check_fits)
-  return f"wrote {len(paths)} files; start at {os.path.join(out, 'index.md')}"
+                             attention_compiler=steps.compile_run_once, attention_fits=xla_stats.check_fits,
+                             progress=True)
+  with open(os.path.join(out, summary.FILE), encoding="utf-8") as f:  # what index.md opens with
+    headline = f.read().rstrip("\n")
+  return f"{headline}\n\nwrote {len(paths)} files; start at {os.path.join(out, 'index.md')}"
 
 
 def _viz(args: argparse.Namespace) -> str:

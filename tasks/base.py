@@ -208,6 +208,13 @@ class Task:
   def examples(self, data_dir: str, split: str, *, max_length: int, **options) -> Examples:
     raise NotImplementedError
 
+  def data_missing(self, data_dir: str, **options) -> str | None:
+    """Why the data ``examples(data_dir, ..., **options)`` reads is surely not there (a file or folder it
+    needs does not exist), from the filesystem alone (no TensorFlow, nothing read): the suite's progress
+    counts such cells as skipped for missing data before they run. None: it looks present, or this task
+    cannot tell cheaply (its cells then count as training until one ends ``no_data``)."""
+    return None
+
   def array_examples(self, data_dir: str, split: str, *, max_length: int, **options) -> Examples:
     """The split as numpy arrays (``Examples.arrays``), for the input pipeline that needs no TensorFlow
     (``data.pipeline = "numpy"``); the tasks whose data are generated locally implement it."""

@@ -114,11 +114,12 @@ def generate(num_examples: int, *, seed: int, min_length: int = 500, max_express
              progress: bool = True) -> list[tuple[str, int]]:
   """``num_examples`` distinct (source, label) pairs with ``min_length < length < max_expression_length``,
   shuffled with the seeded RNG."""
-  from tqdm import tqdm
+  from tasks.progress import Progress
 
   rng = random.Random(seed)
   seen: dict[str, int] = {}
-  with tqdm(total=num_examples, desc="ListOps", unit="ex", disable=not progress) as bar:
+  with Progress(num_examples, "ListOps: generating", "examples", enabled=progress,
+                every=max(1, num_examples // 10)) as bar:
     while len(seen) < num_examples:
       try:
         tree, length = generate_tree(rng, max_depth=max_depth, max_args=max_args, value_p=value_p,
@@ -129,7 +130,7 @@ def generate(num_examples: int, *, seed: int, min_length: int = 500, max_express
         source = to_source(tree)
         if source not in seen:
           seen[source] = evaluate(tree)
-          bar.update(1)
+          bar.advance()
   pairs = list(seen.items())  # insertion order: deterministic
   rng.shuffle(pairs)
   return pairs
@@ -391,6 +392,10 @@ class ListOps(Task):
       raise DataError(f"{_split_path(data_dir, split, name)}: {count} examples, but {meta_path} promises "
                       f"{expected} (a cut or edited file); regenerate it with: "
                       f"{self.prepare_command(data_dir, **options)}")
+
+  def data_missing(self, data_dir: str, *, name: str = "basic", **_) -> str | None:
+    path = _split_path(data_dir, "train", name)
+    return None if os.path.exists(path) else f"{path} does not exist"
 
   def examples(self, data_dir: str, split: str, *, max_length: int, name: str = "basic") -> Examples:
     path, sources, labels, num_truncated = self._read(data_dir, split, max_length, name)

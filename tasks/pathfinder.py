@@ -323,7 +323,7 @@ class _Pathfinder(Task):
     Batches already written with the same options are kept (an interrupted run continues); files from
     elsewhere (the official release) are never touched unless ``overwrite=True``.
     """
-    from tqdm import tqdm
+    from tasks.progress import Progress
 
     resolution = resolution or self.resolution
     contour_length = contour_length or self.contour_length
@@ -370,15 +370,15 @@ class _Pathfinder(Task):
       return out_dir
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     done = num_images - sum(job[4] for job in jobs)
-    with tqdm(total=num_images, initial=done, desc=f"pathfinder{resolution} contour {contour_length}",
-              unit="img", disable=not progress) as bar:
+    with Progress(num_images, f"pathfinder{resolution} contour {contour_length}: generating", "images",
+                  initial=done, enabled=progress, every=max(1, num_images // 10)) as bar:
       if workers == 1:
         for job in jobs:
-          bar.update(generate_batch(job))
+          bar.advance(generate_batch(job))
       else:
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
           for count in pool.imap_unordered(generate_batch, jobs):
-            bar.update(count)
+            bar.advance(count)
     return out_dir
 
   def _check_complete(self, data_dir: str, out_dir: str, name: str) -> None:

@@ -17,23 +17,31 @@ return the original ids; ``prepare`` shifts them.
 
 Files: ``<data_dir>/recall/<task>-<name>_{train,val,test}.npz`` (arrays ``inputs`` [N, T], ``positions``
 [N, Q], ``targets`` [N, Q], int32, shifted ids; MQAR adds ``num_kv_pairs`` [N]) and
-``<task>-<name>.json`` (every option, the vocabulary, the counts), written last: it marks complete data.
+``<task>-<name>.json`` (every option, the vocabulary, the counts and each split file's sha256), written
+last: it marks complete data. A split file whose checksum differs (cut short, overwritten) is named: a
+``data prepare`` with the same options generates the data again, and reading it (training) is refused with
+the command that does.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import glob
+import hashlib
 import json
 import logging
 import math
 import os
 import shutil
 import tempfile
+import zipfile
 from typing import Callable
 
 import numpy as np
 
 from tasks import register_task
+from tasks.progress import Progress
 from tasks.base import (IGNORE, PREPARE_RANGES, DataError, Examples, MissingDataError, Task, check_count,
                         check_name, import_tf, pid_alive, read_meta)
 
@@ -347,7 +355,8 @@ class _RecallTask(Task):
     name = options["name"]
     out_dir, paths, meta_path = self._paths(data_dir, name)
     if os.path.exists(meta_path):
-      meta = read_meta(meta_path, f"delete it and the {self.name}-{name}_*.npz files beside it and prepare again")
+      fix = f"delete it and the {self.name}-{name}_*.npz files beside it and prepare again"
+      meta = read_meta(meta_path, fix)
       made = meta.get("options") if isinstance(meta.get("options"), dict) else {}
       if made != options or meta.get("generator") != GENERATOR:
         differ = sorted(k for k in set(options) | set(made) if made.get(k) != options.get(k))
@@ -355,10 +364,14 @@ class _RecallTask(Task):
                         f"(differing: {', '.join(differ) or 'generator version'}; see that file); pick "
                         f"another --name, or delete {os.path.join(out_dir, f'{self.name}-{name}')}* and prepare "
                         "again")
-      if all(map(os.path.exists, paths.values())):
+      damaged = [(path, problem) for path in paths.values() if (problem := _file_problem(path, meta))]
+      if not damaged:
+        if not isinstance(meta.get("sha256"), dict):  # prepared before the checksums: whole, so add them
+          self._add_checksums(meta, paths, meta_path)
         logging.info("%s data '%s' already prepared in %s", self.name, name, out_dir)
         return out_dir
-      logging.warning("%s: split files missing; generating them again", meta_path)
+      for path, problem in damaged:
+        logging.warning("%s: %s; generating the %s data '%s' again", path, problem, self.name, name)
     arrays, redrawn = self._generate_splits(options)
     meta = {"task": self.name, "generator": GENERATOR, "options": options,
             "vocab_size": self._vocab_size(options),
@@ -372,6 +385,8 @@ class _RecallTask(Task):
     try:
       for split, path in paths.items():
         np.savez(os.path.join(tmp_dir, os.path.basename(path)), **arrays[split])
+      meta["sha256"] = {os.path.basename(path): sha256(os.path.join(tmp_dir, os.path.basename(path)))
+                        for path in paths.values()}
       with open(os.path.join(tmp_dir, os.path.basename(meta_path)), "w") as f:
         f.write(json.dumps(meta, indent=1) + "\n")
         f.flush()
@@ -383,21 +398,40 @@ class _RecallTask(Task):
       shutil.rmtree(tmp_dir, ignore_errors=True)
     return out_dir
 
+  def _add_checksums(self, meta: dict, paths: dict[str, str], meta_path: str) -> None:
+    """Writes the split files' checksums into metadata written before they were kept (atomically)."""
+    meta = dict(meta, sha256={os.path.basename(path): sha256(path) for path in paths.values()})
+    tmp = f"{meta_path}.tmp-{os.getpid()}"
+    try:
+      with open(tmp, "w") as f:
+        f.write(json.dumps(meta, indent=1) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+      os.replace(tmp, meta_path)
+    except OSError as err:  # a read-only data dir: the data stay usable, only unchecked
+      logging.warning("%s: could not add the split files' checksums (%s)", meta_path, err)
+      with contextlib.suppress(OSError):
+        os.unlink(tmp)
+
   def _generate_splits(self, options: dict) -> tuple[dict, dict]:
     """Train, validation and test from their own streams ``default_rng([seed, 0|1|2])``; no row of a later
     split repeats one of an earlier split (redrawn, counted)."""
     seen: set[bytes] = set()
     arrays, redrawn = {}, {}
-    for index, (split, short) in enumerate(SPLIT_FILES.items()):
-      rng = np.random.default_rng([options["seed"], index])
-      drawn, dropped = draw_split(lambda r, n: self._generate(r, n, options), self.key_array, rng,
-                                  options[f"num_{short}"], seen, unique=self.unique_within_split,
-                                  task=self.name, split=split)
-      if dropped:
-        logging.warning("%s: %d %s examples repeated an earlier one and were drawn again", self.name, dropped,
-                        split)
-      arrays[split] = shift(self._layout(drawn, split, options))
-      redrawn[split] = dropped
+    counts = {split: options[f"num_{short}"] for split, short in SPLIT_FILES.items()}
+    with Progress(sum(counts.values()), f"{self.name} '{options['name']}': generating", "examples") as bar:
+      for index, (split, short) in enumerate(SPLIT_FILES.items()):
+        bar.set_status(f"the {split} split")
+        rng = np.random.default_rng([options["seed"], index])
+        drawn, dropped = draw_split(lambda r, n: self._generate(r, n, options), self.key_array, rng,
+                                    options[f"num_{short}"], seen, unique=self.unique_within_split,
+                                    task=self.name, split=split)
+        if dropped:
+          logging.warning("%s: %d %s examples repeated an earlier one and were drawn again", self.name, dropped,
+                          split)
+        arrays[split] = shift(self._layout(drawn, split, options))
+        redrawn[split] = dropped
+        bar.advance(counts[split], note=f"the {split} split")
     return arrays, redrawn
 
   @staticmethod
@@ -406,6 +440,10 @@ class _RecallTask(Task):
       pid = os.path.basename(path).split("-")[2]
       if pid.isdigit() and not pid_alive(int(pid)):
         shutil.rmtree(path, ignore_errors=True)
+
+  def data_missing(self, data_dir: str, *, name: str = DEFAULT_NAME, **_) -> str | None:
+    meta_path = self._paths(data_dir, name)[2]
+    return None if os.path.exists(meta_path) else f"{meta_path} does not exist"
 
   def examples(self, data_dir: str, split: str, *, max_length: int, name: str = DEFAULT_NAME) -> Examples:
     arrays, path, vocab_size = self._read(data_dir, split, max_length, name)
@@ -446,9 +484,13 @@ class _RecallTask(Task):
     except (KeyError, TypeError, ValueError):
       raise DataError(f"{meta_path}: not the metadata of an lra-bench {self.name} prepare; delete it and the "
                       f"{self.name}-{name}_*.npz files beside it and prepare again") from None
-    regenerate = f"delete {path} and regenerate it with: {command}"
+    regenerate = (f"regenerate it with: {command} (a prepare with the same options finds the damaged file and "
+                  "generates the data again)")
     if not os.path.exists(path):
       raise MissingDataError(f"{self.name} data not found: {path} does not exist.\nGenerate it with:\n  {command}")
+    problem = _checksum_problem(path, meta)
+    if problem:
+      raise DataError(f"{path}: {problem}; {regenerate}")
     arrays = _load(path, regenerate)
     inputs, positions, targets = arrays["inputs"], arrays["positions"], arrays["targets"]
     if inputs.shape != (count, length) or positions.shape != (count, queries) or targets.shape != positions.shape:
@@ -467,11 +509,57 @@ class _RecallTask(Task):
     return {"inputs": inputs, "positions": positions, "targets": targets}, path, vocab_size
 
 
+def sha256(path: str) -> str:
+  """The hex sha256 of the file ``path``."""
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_sha256(path: str, size: int, mtime_ns: int) -> str:
+  del size, mtime_ns  # the cache key: a file changed since is hashed again
+  return sha256(path)
+
+
+def _checksum_problem(path: str, meta: dict) -> str | None:
+  """Why ``path`` is not the file its metadata's checksum names (None when it is, or when the metadata was
+  written before checksums were kept)."""
+  sums = meta.get("sha256")
+  if not isinstance(sums, dict):
+    return None
+  expected = sums.get(os.path.basename(path))
+  if not isinstance(expected, str):
+    return f"no checksum for it in the metadata beside it ({os.path.basename(path)} is not listed)"
+  stat = os.stat(path)
+  actual = _cached_sha256(path, stat.st_size, stat.st_mtime_ns)
+  if actual != expected:
+    return (f"damaged: its sha256 is {actual[:16]}..., the metadata beside it says {expected[:16]}... "
+            f"({stat.st_size} bytes; cut short or overwritten since it was generated)")
+  return None
+
+
+def _file_problem(path: str, meta: dict) -> str | None:
+  """Why a split file cannot be kept by a prepare (missing, damaged), or None. Metadata written before
+  checksums were kept: the file must at least load (``_load``)."""
+  if not os.path.exists(path):
+    return "missing"
+  if isinstance(meta.get("sha256"), dict):
+    return _checksum_problem(path, meta)
+  try:
+    _load(path, "")
+  except DataError as err:
+    return str(err).split(": ", 1)[-1].rstrip("; ")
+  return None
+
+
 def _load(path: str, fix: str) -> dict[str, np.ndarray]:
   try:
     with np.load(path, allow_pickle=False) as data:
       arrays = {key: data[key] for key in ("inputs", "positions", "targets")}
-  except (OSError, ValueError, KeyError, EOFError) as err:
+  except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
     raise DataError(f"{path}: unreadable recall data ({type(err).__name__}: {err}); {fix}") from None
   for key, value in arrays.items():
     if value.ndim != 2 or not np.issubdtype(value.dtype, np.integer):

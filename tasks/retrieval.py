@@ -72,6 +72,10 @@ class Retrieval(Task):
   dual_input = True
   chance_accuracy = 0.5
 
+  def data_missing(self, data_dir: str, **_) -> str | None:
+    path, looked = split_path(data_dir, "train")
+    return None if os.path.exists(path) else f"none of {', '.join(looked)} exists"
+
   def prepare(self, data_dir: str, **_) -> str:
     """Checks that the AAN TSVs are there (they come only with the LRA release) and validates them."""
     lines = []

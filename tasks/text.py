@@ -62,6 +62,9 @@ class Text(Task):
   chance_accuracy = 0.5
   dataset_name = "imdb_reviews"
 
+  def data_missing(self, data_dir: str, *, tfds_data_dir: str | None = None, **_) -> str | None:
+    return tfds_data.missing(self.dataset_name, data_dir, tfds_data_dir)
+
   def prepare(self, data_dir: str, *, tfds_data_dir: str | None = None, **_) -> str:
     """Checks that IMDB is prepared for TFDS (nothing to generate) and says where."""
     found = tfds_data.find(self.dataset_name, self.name, data_dir, tfds_data_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import logging
 import os
 
@@ -70,6 +71,16 @@ def find(dataset: str, task: str, data_dir: str, tfds_data_dir: str | None = Non
       f"On a machine with network access run:\n  tfds build {dataset} --data_dir {target}\n"
       f"and copy {os.path.join(target, dataset)} to this machine "
       f"(or pass --set data.options.tfds_data_dir=DIR where it already is).")
+
+
+def missing(dataset: str, data_dir: str, tfds_data_dir: str | None = None) -> str | None:
+  """Why ``dataset`` is surely not prepared in any candidate dir (none holds a ``dataset_info.json`` under
+  ``<dir>/<dataset>/``), from the filesystem alone; None when one might be (``find`` decides)."""
+  dirs = candidate_dirs(data_dir, tfds_data_dir)
+  for d in dirs:
+    if glob.glob(os.path.join(d, dataset, "**", "dataset_info.json"), recursive=True):
+      return None
+  return f"TFDS dataset {dataset!r} is not prepared in {' or '.join(dirs)}"
 
 
 @functools.lru_cache(maxsize=8)

@@ -9,13 +9,15 @@ import pickle
 import re
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 import types
 
 import pytest
 
-from lra_bench.experiments import launcher, results, suite
+from lra_bench.experiments import launcher, processes, results, suite
 from lra_bench.training import loop
 from lra_bench.training.config import ConfigError
 from tests.conftest import tiny_overrides
@@ -126,6 +128,50 @@ def test_killed_workers_then_rerun_loses_and_duplicates_nothing(listops_dir, tmp
   assert {r["status"] for r in results.load_records(results_dir)} == {"ok"}
   assert _resumed(last_victim) and min(_resumed(last_victim)) >= 8  # resumed from its checkpoint, not restarted
   assert _worker_runs(os.path.join(results_dir, "submitit")) == {name: 1 for name in names}  # both launches
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc (Linux)")
+@pytest.mark.timeout(900)
+def test_sigterm_of_the_suite_stops_its_local_workers_and_the_rerun_finishes(listops_dir, tmp_path, worker_env):
+  """``lra-bench suite --launcher local`` gets SIGTERM (alone, not its process group) while both workers train:
+  it stops every worker and its submitit controller and waits for them, so that when it exits (143) nothing
+  it started runs and no cell's lock is held; the same command then finishes every cell, each recorded once."""
+  results_dir = str(tmp_path / "results")
+  overrides = tiny_overrides(num_train_steps=48, checkpoint_every=8, eval_every=16)
+  cmd = [sys.executable, "-m", "lra_bench", "suite", "--protocol=smoke", "--tasks=listops", "--attentions=vanilla",
+         "--seeds=0,1", "--launcher=local", "--workers=2", f"--results_dir={results_dir}", f"--data_dir={listops_dir}",
+         *[f"--set={o}" for o in overrides]]
+  cells, _ = suite.plan("smoke", ["listops"], ["vanilla"], [0, 1], results_dir, overrides)
+
+  def training() -> bool:  # both cells held by a live worker (read from the lock files: no claim attempted)
+    holders = [suite.lock_holder(results_dir, cell) or {} for cell in cells]
+    return all(isinstance(h.get("pid"), int) and processes.running(h["pid"]) for h in holders)
+
+  proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    deadline = time.time() + 400
+    while not training() and proc.poll() is None and time.time() < deadline:
+      time.sleep(0.2)
+    assert training(), proc.communicate(timeout=60)[0] if proc.poll() is not None else "no worker started a cell"
+    started = processes.descendants(proc.pid)
+    assert len(started) >= 4  # two controllers, two workers
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 128 + signal.SIGTERM, out
+  assert "got SIGTERM; stopping the 2 local workers" in out and "every worker stopped" in out
+  assert [pid for pid in started if processes.running(pid)] == []
+  for cell in cells:
+    with suite.claim(results_dir, cell) as free:
+      assert free, f"{cell.name}'s lock is still held"
+  assert all(count <= 1 for count in _records_per_cell(results_dir).values())
+
+  rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+  assert _records_per_cell(results_dir) == {cell.name: 1 for cell in cells}
+  assert {r["status"] for r in results.load_records(results_dir)} == {"ok"}
 
 
 @pytest.mark.timeout(600)

@@ -375,8 +375,74 @@ def test_examples_refuse_edited_files(tmp_path):
   path = os.path.join(root, "recall", "mqar-default_test.npz")
   arrays = load(root, "mqar", "test")
   np.savez(path, **{**arrays, "inputs": arrays["inputs"][:10]})
+  with pytest.raises(DataError, match="mqar-default_test.npz: damaged: its sha256.*regenerate it with: "
+                     "lra-bench data prepare mqar"):
+    task.examples(root, "test", max_length=16)
+  # data prepared before the checksums were kept: the arrays are still checked against the metadata
+  meta_path = os.path.join(root, "recall", "mqar-default.json")
+  with open(meta_path) as f:
+    meta = json.load(f)
+  del meta["sha256"]
+  with open(meta_path, "w") as f:
+    json.dump(meta, f)
   with pytest.raises(DataError, match="promises 50 examples.*regenerate it with: lra-bench data prepare mqar"):
     task.examples(root, "test", max_length=16)
   np.savez(path, **{**arrays, "inputs": arrays["inputs"] - 1})   # a 0 (padding) inside a sequence
   with pytest.raises(DataError, match="token ids outside 1..40"):
     task.examples(root, "test", max_length=16)
+
+
+@pytest.mark.parametrize("with_checksums", [True, False])
+def test_a_cut_split_file_is_named_when_read_and_made_again_by_prepare(tmp_path, caplog, with_checksums):
+  """A split file cut to 100 bytes: reading it names the file and the prepare command (not numpy's
+  ``BadZipFile``); that prepare does not call the data "already prepared" but generates it again, byte for
+  byte. ``with_checksums=False``: metadata written before the checksums were kept (the file must load)."""
+  root = str(tmp_path)
+  task = tasks.get_task("mqar")
+  options = dict(seq_len=16, num_kv_pairs=2, vocab_size=40, **SMALL)
+  task.prepare(root, **options)
+  path = os.path.join(root, "recall", "mqar-default_test.npz")
+  meta_path = os.path.join(root, "recall", "mqar-default.json")
+  with open(meta_path) as f:
+    meta = json.load(f)
+  assert set(meta["sha256"]) == {f"mqar-default_{s}.npz" for s in ("train", "val", "test")}
+  assert meta["sha256"]["mqar-default_test.npz"] == recall.sha256(path)
+  if not with_checksums:
+    del meta["sha256"]
+    with open(meta_path, "w") as f:
+      json.dump(meta, f)
+  with open(path, "rb") as f:
+    whole = f.read()
+  with open(path, "r+b") as f:
+    f.truncate(100)
+  with pytest.raises(DataError) as err:
+    task.examples(root, "test", max_length=16)
+  assert path in str(err.value) and "lra-bench data prepare mqar" in str(err.value)
+  assert "--seq_len=16" in str(err.value)
+  with caplog.at_level("INFO"):
+    task.prepare(root, **options)
+  assert f"{path}: " in caplog.text and "generating the mqar data 'default' again" in caplog.text
+  assert "already prepared" not in caplog.text
+  with open(path, "rb") as f:
+    assert f.read() == whole
+  assert task.examples(root, "test", max_length=16).num_examples == 50
+  with open(meta_path) as f:
+    assert json.load(f)["sha256"]["mqar-default_test.npz"] == recall.sha256(path)
+
+
+def test_metadata_without_checksums_gets_them_when_the_files_are_whole(tmp_path):
+  root = str(tmp_path)
+  task = tasks.get_task("assoc_recall")
+  task.prepare(root, **SMALL)
+  meta_path = os.path.join(root, "recall", "assoc_recall-default.json")
+  with open(meta_path) as f:
+    meta = json.load(f)
+  sums = meta.pop("sha256")
+  with open(meta_path, "w") as f:
+    json.dump(meta, f)
+  train = os.path.join(root, "recall", "assoc_recall-default_train.npz")
+  mtime = os.path.getmtime(train)
+  task.prepare(root, **SMALL)
+  assert os.path.getmtime(train) == mtime                  # whole files: kept, not regenerated
+  with open(meta_path) as f:
+    assert json.load(f)["sha256"] == sums

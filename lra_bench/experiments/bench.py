@@ -38,6 +38,7 @@ import functools
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -451,7 +452,7 @@ def _worker_main(argv: Sequence[str]) -> int:
 def run_point(config: ml_collections.ConfigDict, *, isolate: bool = True,
               timeout_s: float | None = None) -> dict[str, Any]:
   """Measures one point, in a fresh subprocess unless ``isolate`` is False."""
-  from lra_bench.experiments import cell, results
+  from lra_bench.experiments import cell, processes, results
 
   if not isolate:
     # The host RSS peak is per process: in-process it would carry every earlier point's peak.
@@ -462,8 +463,10 @@ def run_point(config: ml_collections.ConfigDict, *, isolate: bool = True,
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
     try:
-      proc = subprocess.run([sys.executable, "-m", "lra_bench.experiments.bench", spec, out], env=env, cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=timeout_s)
+      with processes.forking():  # a killed sweep leaves no point running
+        proc = subprocess.run([sys.executable, "-m", "lra_bench.experiments.bench", spec, out], env=env,
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s,
+                              preexec_fn=processes.die_with_parent())
     except subprocess.TimeoutExpired:
       return {"status": "failed", "error": f"timeout: the point took longer than {timeout_s:g} s"}
     if os.path.exists(out):
@@ -483,24 +486,128 @@ class BenchSummary:
   done_before: int = 0
   records: list[dict[str, Any]] = dataclasses.field(default_factory=list)
   seconds: float = 0.0
+  workers: list[str] = dataclasses.field(default_factory=list)  # side-by-side workers: a line each (log, exit)
 
   def lines(self) -> list[str]:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items())) or "nothing to run"
-    return [f"bench finished in {self.seconds:.0f} s: {counts}; {self.done_before} already measured"]
+    return [f"bench finished in {self.seconds:.0f} s: {counts}; {self.done_before} already measured",
+            *self.workers]
+
+
+@dataclasses.dataclass
+class Point:
+  """One planned point: its config, its key in the records and the name it is shown under."""
+
+  config: Any  # ml_collections.ConfigDict
+  key: tuple
+
+  @property
+  def name(self) -> str:
+    return f"{self.config.model.attention} L={self.config.data.max_length}"
+
+
+class SweepProgress:
+  """The benchmark's progress on the console (``tasks.progress.Progress``): points done / total across every
+  worker, the point each worker measures now, and the time left from the points measured so far: each
+  remaining point costs the mean wall time of this run's points at its length (the mean of all of them at
+  a length not measured yet), a worker's remaining points add up, and the workers run side by side (the
+  slowest one's sum). Elsewhere than a terminal: one line per measured point."""
+
+  def __init__(self, queues: Sequence[Sequence[Point]], desc: str, enabled: bool = True):
+    from tasks.progress import Progress
+
+    self.queues = [list(q) for q in queues]
+    self.done: dict[tuple, tuple[str, float | None]] = {}  # key -> (status, wall seconds)
+    self.current: dict[int, tuple[tuple, float]] = {}  # worker -> (key of its point, since)
+    self.bar = Progress(sum(map(len, self.queues)), desc, "points", remaining=self.seconds_left,
+                        enabled=enabled)
+
+  def measured(self, key: tuple, status: str, seconds: float | None) -> None:
+    if key in self.done:
+      return
+    self.done[key] = (status, seconds)
+    point = next(p for q in self.queues for p in q if p.key == key)
+    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    self.bar.advance(note=f"{point.name} {status}{took}")
+    self.show()
+
+  def show(self) -> None:
+    """The point each worker measures now: the first of its queue without a record."""
+    now, parts = time.monotonic(), []
+    for w, queue in enumerate(self.queues):
+      point = next((p for p in queue if p.key not in self.done), None)
+      if point is None:
+        self.current.pop(w, None)
+        continue
+      if self.current.get(w, (None,))[0] != point.key:
+        self.current[w] = (point.key, now)
+      parts.append((f"{point.name}" if len(self.queues) == 1 else f"w{w + 1} {point.name}", self.current[w][1]))
+    if parts:
+      self.bar.set_status(", ".join(text for text, _ in parts), min(since for _, since in parts))
+    else:
+      self.bar.set_status("")
+
+  def seconds_left(self) -> float | None:
+    times: dict[int, list[float]] = {}
+    for key, (_, seconds) in self.done.items():
+      if seconds is not None:
+        length = next(p.config.data.max_length for q in self.queues for p in q if p.key == key)
+        times.setdefault(length, []).append(seconds)
+    if not times:
+      return None
+    overall = [t for ts in times.values() for t in ts]
+    mean_all = sum(overall) / len(overall)
+    now, left = time.monotonic(), 0.0
+    for w, queue in enumerate(self.queues):
+      total = 0.0
+      for point in queue:
+        if point.key in self.done:
+          continue
+        at = times.get(point.config.data.max_length)
+        estimate = sum(at) / len(at) if at else mean_all
+        if self.current.get(w, (None,))[0] == point.key:  # under way: what is left of it
+          estimate = max(0.0, estimate - (now - self.current[w][1]))
+        total += estimate
+      left = max(left, total)
+    return left
+
+  def poll(self, results_dir: str, baseline: dict[tuple, int]) -> None:
+    """The points with a record appended since the sweep was planned (``baseline``: records per key then)."""
+    from lra_bench.experiments import results
+
+    keys = {p.key for q in self.queues for p in q}
+    seen: dict[tuple, int] = {}
+    for record in results.load_records(results_dir):
+      if record.get("kind") != "bench":
+        continue
+      key = results.run_key(record)
+      if key in keys:
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > baseline.get(key, 0) and key not in self.done:
+          if record["status"] != "ok":
+            point = next(p for q in self.queues for p in q if p.key == key)
+            self.bar.write(grid.failure_line(point.name, record), file=sys.stdout)
+          self.measured(key, record["status"], record.get("wall_seconds"))
+    self.show()
+
+  def close(self) -> None:
+    self.bar.close()
 
 
 def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequence[str] = "all", *,
               results_dir: str, batch_size: int = 32, mode: str = "train", warmup_steps: int = 2,
               repeats: int = 10, compile_only: bool = False, compile_only_from: int | None = None,
               timeout_s: float | None = 600.0, isolate: bool = True, overrides: Sequence[str] = (),
-              progress: bool = True) -> BenchSummary:
+              progress: bool = True, workers: int = 1) -> BenchSummary:
   """Measures every (attention, length) point not yet measured on this device; returns a summary.
 
   ``compile_only_from``: lengths >= this are compiled only (FLOPs and compiled memory, no timing).
+  ``workers`` > 1: the attentions are dealt (in turn, in registry order) to that many ``lra-bench bench``
+  processes run side by side, each logging to ``<results_dir>/bench_worker<k>.log``, and this process
+  shows their progress from the records (``sweep_workers``); a SIGTERM or Ctrl-C stops them all.
   """
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before this process touches a GPU
   import jax
-  from tqdm.auto import tqdm
 
   import attention_zoo
   from lra_bench.experiments import results
@@ -510,7 +617,8 @@ def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequen
   lengths = sorted(grid.parse_ints(lengths))
   device_kind = jax.devices()[0].device_kind
   summary = BenchSummary()
-  existing = results.latest_records(r for r in results.load_records(results_dir) if r.get("kind") == "bench")
+  records = results.load_records(results_dir)
+  existing = results.latest_records(r for r in records if r.get("kind") == "bench")
   by_key = {results.run_key(r): r for r in existing}
   points = []
   for name in names:
@@ -519,21 +627,35 @@ def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequen
       config = bench_config(name, length, batch_size=batch_size, mode=mode, warmup_steps=warmup_steps,
                             repeats=repeats, compile_only=only_compile, device_kind=device_kind,
                             overrides=overrides)
-      points.append(config)
+      points.append(Point(config, results.run_key(results.bench_key_fields(config))))
 
-  def key(config):
-    return results.run_key(results.bench_key_fields(config))
-
-  todo = [c for c in points if by_key.get(key(c), {}).get("status") not in results.TERMINAL]
+  todo = [p for p in points if by_key.get(p.key, {}).get("status") not in results.TERMINAL]
   summary.done_before = len(points) - len(todo)
+  workers = max(1, min(workers, len(names)))
+  if workers > 1 and todo:
+    parts = [names[w::workers] for w in range(workers)]
+    queues = [[p for p in todo if p.config.model.attention in part] for part in parts]
+    argv = dict(lengths=lengths, batch_size=batch_size, mode=mode, warmup_steps=warmup_steps, repeats=repeats,
+                compile_only=compile_only, compile_only_from=compile_only_from, timeout_s=timeout_s,
+                isolate=isolate, overrides=overrides, results_dir=results_dir)
+    summary.workers = sweep_workers(parts, queues, argv, f"bench {mode}", progress,
+                                    baseline=_record_counts(records, {p.key for p in todo}))
+    mine = [r for r in results.latest_records(r for r in results.load_records(results_dir) if r.get("kind") == "bench")
+            if results.run_key(r) in {p.key for p in todo}]
+    for record in mine:
+      summary.records.append(record)
+      summary.counts[record["status"]] = summary.counts.get(record["status"], 0) + 1
+    summary.seconds = time.perf_counter() - start
+    return summary
   oom_at: dict[str, int] = {r["attention"]: r["max_length"] for r in existing
                             if r["status"] == "oom" and not r["config"]["bench"]["compile_only"]
                             and r["config"]["bench"]["mode"] == mode and r["batch_size"] == batch_size}
-  bar = tqdm(total=len(todo), unit="point", desc=f"bench {mode}", disable=not progress, dynamic_ncols=True)
+  display = SweepProgress([todo], f"bench {mode}", enabled=progress)
   try:
-    for config in todo:
+    display.show()
+    for point in todo:
+      config = point.config
       name, length = config.model.attention, config.data.max_length
-      bar.set_postfix_str(f"{name} L={length}")
       if not config.bench.compile_only and name in oom_at and length > oom_at[name]:
         out = {"status": "oom", "error": f"not run: out of memory at length {oom_at[name]} already"}
       else:
@@ -547,12 +669,86 @@ def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequen
       summary.records.append(record)
       summary.counts[record["status"]] = summary.counts.get(record["status"], 0) + 1
       if record["status"] != "ok":
-        bar.write(grid.failure_line(f"{name} L={length}", record))
-      bar.update()
+        display.bar.write(grid.failure_line(f"{name} L={length}", record), file=sys.stdout)
+      display.measured(point.key, record["status"], out.get("wall_seconds"))
   finally:
-    bar.close()
+    display.close()
   summary.seconds = time.perf_counter() - start
   return summary
+
+
+def _record_counts(records: Sequence[dict], keys: set) -> dict[tuple, int]:
+  """How many bench records each of ``keys`` has (a key with more later was measured since)."""
+  from lra_bench.experiments import results
+
+  counts = dict.fromkeys(keys, 0)
+  for record in records:
+    if record.get("kind") == "bench" and (key := results.run_key(record)) in counts:
+      counts[key] += 1
+  return counts
+
+
+POLL_S = 2.0  # how often the side-by-side sweep's progress reads the records
+
+
+def worker_command(attentions: Sequence[str], *, lengths, batch_size, mode, warmup_steps, repeats, compile_only,
+                   compile_only_from, timeout_s, isolate, overrides, results_dir) -> list[str]:
+  """The ``lra-bench bench`` command of one side-by-side worker: the sweep's settings, its attentions."""
+  return [sys.executable, "-m", "lra_bench", "bench", f"--attentions={','.join(attentions)}",
+          f"--lengths={','.join(map(str, lengths))}", f"--batch_size={batch_size}", f"--mode={mode}",
+          f"--warmup_steps={warmup_steps}", f"--repeats={repeats}",
+          "--compile_only" if compile_only else "--nocompile_only",
+          *([f"--compile_only_from={compile_only_from}"] if compile_only_from is not None else []),
+          *([f"--timeout={timeout_s:g}"] if timeout_s else []), "--isolate" if isolate else "--noisolate",
+          *[f"--set={item}" for item in overrides], f"--results_dir={results_dir}", "--workers=1"]
+
+
+def sweep_workers(parts: Sequence[Sequence[str]], queues: Sequence[Sequence[Point]], argv: dict[str, Any],
+                  desc: str, progress: bool, *, baseline: dict[tuple, int]) -> list[str]:
+  """Runs one ``lra-bench bench`` process per part of the attentions side by side (``worker_command``; stdout
+  and stderr to ``<results_dir>/bench_worker<k>.log``), shows their progress from the records (``queues``:
+  each worker's points in the order it measures them) and waits for them. A SIGTERM or Ctrl-C stops every
+  worker (SIGTERM, then SIGKILL; each point's own process dies with its worker) before this process ends.
+  Returns a line per worker: its log and how it ended."""
+  from lra_bench.experiments import processes
+
+  results_dir = argv["results_dir"]
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
+  os.makedirs(results_dir, exist_ok=True)
+  display = SweepProgress(queues, desc, enabled=progress)
+  procs, logs = [], []
+  try:
+    with processes.Signals() as signals:
+      for w, part in enumerate(parts):
+        log_path = os.path.join(results_dir, f"bench_worker{w + 1}.log")
+        with open(log_path, "w") as log, processes.forking():
+          procs.append(subprocess.Popen(worker_command(part, **argv), stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env, cwd=REPO_ROOT,
+                                        preexec_fn=processes.die_with_parent()))
+        logs.append(log_path)
+      try:
+        signals.check()
+        while any(proc.poll() is None for proc in procs):
+          display.poll(results_dir, baseline)
+          time.sleep(POLL_S)
+      except (KeyboardInterrupt, processes.Stopped) as err:
+        signals.quiet()
+        stopped = err if isinstance(err, processes.Stopped) else processes.Stopped(signal.SIGINT)
+        display.bar.write(f"bench: stopping the {len(procs)} workers (a point cut short has no record and is "
+                          "measured again by the next run)")
+        pids = [pid for proc in procs for pid in (proc.pid, *processes.descendants(proc.pid))]
+        processes.stop(pids, reap=lambda: [proc.poll() for proc in procs])
+        display.poll(results_dir, baseline)  # the points recorded until they stopped
+        display.bar.write("bench: every worker stopped; rerun the same command to resume")
+        raise stopped.exit("the bench workers are stopped; rerun the same command to resume") from None
+    display.poll(results_dir, baseline)
+  finally:
+    display.close()
+  lines = []
+  for w, (proc, log_path) in enumerate(zip(procs, logs)):
+    ended = "finished" if proc.returncode == 0 else f"exited with {proc.returncode}"
+    lines.append(f"bench worker {w + 1} ({', '.join(parts[w])}): {ended}; log {log_path}")
+  return lines
 
 
 if __name__ == "__main__":

@@ -35,11 +35,13 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from lra_bench import REPO_ROOT
 from lra_bench.errors import ConfigError
+from lra_bench.experiments import processes
 
 if TYPE_CHECKING:  # submitit is imported where a launch needs it: the in-process suite runs without it
   import submitit
@@ -301,21 +303,58 @@ def submit(launcher: str, options: dict[str, Any], grid: Grid) -> tuple[list[sub
   return jobs, folder
 
 
-def wait(jobs: Sequence[submitit.Job], finished: Callable[[], int] | None = None,
-         bar=None) -> tuple[list[dict], list[str]]:
-  """Waits for local workers (the bar follows ``finished()``, the count of cells done); returns their
-  results and a line per dead worker. Ctrl-C cancels the workers."""
+INTERRUPT_GRACE_S = 5.0  # a stopped worker's time to stop at its training step before it is killed
+
+
+def stop(jobs: Sequence[submitit.Job], grace_s: float = processes.GRACE_S) -> list[int]:
+  """Stops local workers and waits for them. Each job's controller (submitit's ``_local``: its pid is the job
+  id) runs one worker: the workers get SIGINT (a training loop stops at its next step; the checkpoint before
+  it is the cell's resume point) and SIGKILL after ``INTERRUPT_GRACE_S``; each controller then sees its worker
+  gone and exits; whatever still runs after ``grace_s`` is killed. (Cancelling the controllers instead
+  would print their KeyboardInterrupt tracebacks on the console.) The stopped cells have no record and their
+  locks died with their workers: a rerun resumes them. Returns every pid stopped."""
+  controllers = []
+  for job in jobs:
+    with contextlib.suppress(ValueError):
+      controllers.append(int(str(job.job_id)))
+  workers = [pid for controller in controllers for pid in processes.descendants(controller)]
+
+  def reap() -> None:  # the controllers are this process's children
+    for job in jobs:
+      with contextlib.suppress(Exception):  # polls (and so reaps) its controller
+        job.get_info()
+
+  processes.stop(workers, signal.SIGINT, INTERRUPT_GRACE_S, reap)
+  processes.stop(controllers + workers, None, grace_s, reap)
+  return controllers + workers
+
+
+def wait(jobs: Sequence[submitit.Job], watch: Callable[[], None] | None = None,
+         signals: processes.Signals | None = None) -> tuple[list[dict], list[str]]:
+  """Waits for local workers (``watch()`` every ``POLL_S``: the progress display); returns their results and
+  a line per dead worker. A SIGTERM or Ctrl-C (``signals``) stops every worker and waits for them (``stop``)
+  before it ends this process: 143 for SIGTERM, ``KeyboardInterrupt`` for Ctrl-C."""
   from submitit.core import utils as submitit_utils
 
   try:
+    if signals is not None:
+      signals.check()
     while not all(job.done() for job in jobs):
-      if bar is not None and finished is not None:
-        bar.update(finished() - bar.n)
+      if watch is not None:
+        watch()
       time.sleep(POLL_S)
-  except KeyboardInterrupt:
-    for job in jobs:
-      job.cancel(check=False)
-    raise
+  except (KeyboardInterrupt, processes.Stopped) as err:
+    if signals is not None:
+      signals.quiet()  # a second signal must not cut the stopping short
+    stopped = err if isinstance(err, processes.Stopped) else processes.Stopped(signal.SIGINT)
+    print(f"suite: got {signal.Signals(stopped.signum).name}; stopping the {len(jobs)} local workers (their "
+          "running cells resume from their checkpoints when the same command runs again)", file=sys.stderr,
+          flush=True)
+    stop(jobs)
+    print("suite: every worker stopped; rerun the same command to resume", file=sys.stderr, flush=True)
+    raise stopped.exit("the workers are stopped; rerun the same command to resume") from None
+  if watch is not None:
+    watch()
   outputs, dead = [], []
   for job in jobs:
     try:
@@ -336,12 +375,17 @@ class Launch:
   waited: bool
 
 
-def launch(launcher: str, options: dict[str, Any], grid: Grid, *, finished: Callable[[], int] | None = None,
-           progress: bool = True, desc: str = "suite") -> Launch:
-  """local: submits the workers and waits for them. slurm: submits the job array and returns."""
-  from tqdm.auto import tqdm
-
+def launch(launcher: str, options: dict[str, Any], grid: Grid, *, watch: Callable[[], None] | None = None
+           ) -> Launch:
+  """local: submits the workers and waits for them (``watch()`` every ``POLL_S``; a SIGTERM or Ctrl-C stops
+  them, ``wait``). slurm: submits the job array and returns."""
   history = history_notes(grid, _log_folder(options, grid)) if launcher == "slurm" else []
+  if launcher == "local":
+    with processes.Signals() as signals:
+      jobs, folder = submit(launcher, options, grid)
+      outputs, dead = wait(jobs, watch, signals)
+    return Launch([job.job_id for job in jobs], outputs,
+                  [f"{len(jobs)} local workers (submitit): logs in {folder}", *dead], waited=True)
   jobs, folder = submit(launcher, options, grid)
   ids = [job.job_id for job in jobs]
   if launcher == "slurm":
@@ -355,13 +399,6 @@ def launch(launcher: str, options: dict[str, Any], grid: Grid, *, finished: Call
         f"(lra-bench report --results_dir {grid.results_dir})",
         "a preempted or timed-out worker is requeued and its cell resumes from its checkpoint; after the array "
         "ends, rerunning this command submits workers only for cells still missing"], waited=False)
-  bar = tqdm(total=len(grid.cells), unit="cell", desc=desc, disable=not progress, dynamic_ncols=True,
-             smoothing=0.0)
-  try:
-    outputs, dead = wait(jobs, finished, bar)
-  finally:
-    bar.close()
-  return Launch(ids, outputs, [f"{len(jobs)} local workers (submitit): logs in {folder}", *dead], waited=True)
 
 
 def _log_folder(options: dict[str, Any], grid: Grid) -> str:

@@ -41,18 +41,20 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import ml_collections
 
 import attention_zoo
 import tasks as tasks_lib
+from tasks.progress import Progress, clock
 from lra_bench import REPO_ROOT
 from lra_bench.experiments import cell as cell_lib
-from lra_bench.experiments import results
+from lra_bench.experiments import processes, results
 from lra_bench.experiments.grid import failure_line, group_line, name_list, one_line, parse_ints, parse_names
 from lra_bench.training import config as config_lib
 from lra_bench.training import models, objectives, pretrain
@@ -278,25 +280,7 @@ def _run_in_process(cell: Cell, data_dir: str, results_dir: str, force: bool) ->
       jax.clear_caches()  # compiled executables of this cell are not needed by the next one
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when its parent thread dies
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-  """A ``preexec_fn`` making the child get SIGKILL when the suite dies, however it dies (Linux; None
-  elsewhere). A SIGKILL is safe: a cell resumes from its last committed checkpoint."""
-  if not sys.platform.startswith("linux"):
-    return None
-  import ctypes
-
-  prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
-  parent = os.getpid()
-
-  def preexec() -> None:
-    prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-    if os.getppid() != parent:  # the suite died before the prctl took effect
-      os.kill(os.getpid(), signal.SIGKILL)
-
-  return preexec
+_die_with_parent = processes.die_with_parent  # an isolated cell dies with its suite
 
 
 class Terminated(SystemExit):
@@ -361,7 +345,8 @@ def _run_subprocess(cell: Cell, data_dir: str, results_dir: str, force: bool,
          *[f"--set={o}" for o in (cell.overrides or overrides)], *(["--force"] if force else []),
          *([f"--pretrain_workdir={cell.pretrain_workdir}"] if cell.pretrain_workdir else [])]
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
-  with open(os.path.join(cell.workdir, "train.log"), "a") as log, _forward_sigterm() as forward:
+  with open(os.path.join(cell.workdir, "train.log"), "a") as log, _forward_sigterm() as forward, \
+      processes.forking():
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
                             pass_fds=() if lock_fd is None else (lock_fd,), preexec_fn=_die_with_parent())
     forward.proc = proc
@@ -521,23 +506,151 @@ def record_counts(cells: Sequence[Cell], records: Sequence[dict]) -> dict[tuple,
   return counts
 
 
+class GridProgress:
+  """The suite's progress on the console (``tasks.progress.Progress``): the cells that train counted apart
+  from the cells skipped for missing data, and the time left from the cells that trained.
+
+  The bar counts the cells that train: those finished with a trained outcome (``ok``, ``failed``, ``oom``)
+  and those still to run that are not expected to lack their data. A cell is expected to lack it when its
+  task says so from the filesystem (``Task.data_missing``, checked once per task and data options before the
+  grid runs) or when a cell of the same task and data options ended ``no_data`` in this run. Such cells
+  are shown as ``no data <done>/<expected>`` beside the bar, never in its time left, which is the mean time
+  of the cells trained so far times the cells left to train, divided by the workers running side by side.
+  Elsewhere than a terminal the bar is one line per trained cell (its name, outcome and time).
+  """
+
+  def __init__(self, cells: Sequence[Cell], data_dir: str, desc: str, *, workers: int = 1, enabled: bool = True):
+    self.cells = {cell.name: cell for cell in cells}
+    self.workers = max(1, workers)
+    self.status: dict[str, str] = {}  # finished cells -> their outcome
+    self.seconds: list[float] = []  # times of the trained cells
+    self.missing = {cell.name for cell in cells if _data_missing(cell, data_dir)}
+    self.missing_data: set[tuple] = set()  # (task, data options) with a no_data cell in this run
+    self.bar = Progress(0, desc, "cells trained", remaining=self.seconds_left, enabled=enabled)
+    self._show()
+
+  def expected_missing(self, name: str) -> bool:
+    cell = self.cells[name]
+    return name in self.missing or _data_key(cell) in self.missing_data
+
+  def counts(self) -> tuple[int, int, int, int]:
+    """(trained, to train, no data, expected without data) of the grid now."""
+    trained = sum(status != "no_data" for status in self.status.values())
+    no_data = len(self.status) - trained
+    left = [name for name in self.cells if name not in self.status]
+    skip = sum(self.expected_missing(name) for name in left)
+    return trained, len(left) - skip, no_data, skip
+
+  def seconds_left(self) -> float | None:
+    _, to_train, _, _ = self.counts()
+    if not to_train:
+      return 0.0
+    if not self.seconds:
+      return None
+    return sum(self.seconds) / len(self.seconds) * to_train / self.workers
+
+  def _show(self) -> None:
+    trained, to_train, no_data, skip = self.counts()
+    self.bar.set_total(trained + to_train)
+    self.bar.set_extra(f"no data {no_data}/{no_data + skip}" if no_data + skip else "")
+
+  def started(self, name: str, since: float | None = None) -> None:
+    self.bar.set_status(name, since)
+
+  def finished(self, name: str, status: str, seconds: float | None = None) -> None:
+    """Cell ``name`` ended with ``status`` after ``seconds`` (None: not known)."""
+    if name not in self.cells or name in self.status:
+      return
+    self.status[name] = status
+    if status == "no_data":
+      self.missing_data.add(_data_key(self.cells[name]))
+      self._show()
+      return
+    if seconds is not None:
+      self.seconds.append(seconds)
+    self._show()
+    took = f" in {clock(seconds)}" if seconds is not None else ""
+    self.bar.advance(note=f"{name} {status}{took}")
+
+  def passed(self, name: str) -> None:
+    """Cell ``name`` is not run here (done before, or running in another process): out of the counts."""
+    if self.cells.pop(name, None) is not None:
+      self.missing.discard(name)
+      self._show()
+
+  def write(self, line: str) -> None:
+    """A console line of the suite (a failed cell, a task without data): on stdout, above the bar."""
+    self.bar.write(line, file=sys.stdout)
+
+  def poll(self, grid) -> None:
+    """A launch's progress from the records and the lock files: the cells finished since it was planned
+    (their record's ``wall_seconds`` as their time) and the cells a live worker holds now."""
+    records = results.load_records(grid.results_dir)
+    best = final_records(grid.cells, records)
+    for name, status in _ran_since(grid, records).items():
+      self.finished(name, status, (best.get(name) or {}).get("wall_seconds"))
+    running, host = [], socket.gethostname()
+    for cell in grid.cells:
+      if cell.name in self.status:
+        continue
+      holder = lock_holder(grid.results_dir, cell) or {}
+      if holder.get("host") == host and isinstance(holder.get("pid"), int) and _alive(holder["pid"]):
+        running.append((holder.get("since") or time.time(), cell.name))
+    if running:
+      start = min(since for since, _ in running)
+      self.started(", ".join(name for _, name in sorted(running)), time.monotonic() - (time.time() - start))
+    else:
+      self.started("")
+
+  def close(self) -> None:
+    self.bar.close()
+
+
+def _data_key(cell: Cell) -> tuple:
+  """What identifies the data a cell reads: its task and data options."""
+  return cell.task, json.dumps(cell.config.data.options.to_dict(), sort_keys=True, default=str)
+
+
+@functools.lru_cache(maxsize=256)
+def _missing_reason(task: str, data_dir: str, options: str) -> str | None:
+  try:
+    return tasks_lib.get_task(task).data_missing(data_dir, **json.loads(options))
+  except Exception:  # noqa: BLE001 - a guess for the progress display only; the cell itself decides
+    return None
+
+
+def _data_missing(cell: Cell, data_dir: str) -> str | None:
+  """``Task.data_missing`` of the cell's data (cached per task and data options)."""
+  return _missing_reason(cell.task, os.path.abspath(data_dir), _data_key(cell)[1])
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
 def work(cells: Sequence[Cell], *, results_dir: str, data_dir: str, overrides: Sequence[str] = (),
          isolate: bool = False, retry: Sequence[str] = ("no_data", "failed"),
-         baseline: dict[tuple, int] | None = None, bar=None, echo=None, done=None) -> Summary:
+         baseline: dict[tuple, int] | None = None, progress: GridProgress | None = None, echo=None,
+         done=None) -> Summary:
   """One pass over ``cells``: claim each, skip what is done, run the rest (the loop every worker runs).
 
   A cell is done if its best record is terminal (not in ``retry``) or it has more records than its
-  ``baseline`` count (it ran since the launch began). ``bar``: a tqdm bar to advance; ``echo``: where
-  failure lines go (default: the bar, else nowhere): one per ``failed`` or ``oom`` cell, one per task
-  (and reason) for ``no_data`` cells; ``done(name, record)``: called after each run.
+  ``baseline`` count (it ran since the launch began). ``progress``: the display to tell (``GridProgress``);
+  ``echo``: where failure lines go (default: the display, else nowhere): one per ``failed`` or ``oom``
+  cell, one per task (and reason) for ``no_data`` cells; ``done(name, record)``: called after each run.
   """
   summary = Summary()
-  echo = echo or (bar.write if bar is not None else None)
+  echo = echo or (progress.write if progress is not None else None)
   shown: set[tuple[str, str]] = set()  # (task, error) of the no_data lines printed
   for cell in cells:
-    if bar is not None:
-      bar.set_postfix_str(cell.name)
     record = None
+    start = time.perf_counter()
     with claim(results_dir, cell) as mine:
       if not mine:
         summary.claimed_elsewhere.append(cell.name)
@@ -548,6 +661,8 @@ def work(cells: Sequence[Cell], *, results_dir: str, data_dir: str, overrides: S
         if (status is not None and status not in retry) or ran_since:
           summary.done_before.append(cell.name)
         else:
+          if progress is not None:
+            progress.started(cell.name)
           record = run_cell(cell, data_dir, results_dir, force=status == "no_data", isolate=isolate,
                             overrides=overrides, lock_fd=mine.fd)
     if record is not None:
@@ -559,8 +674,10 @@ def work(cells: Sequence[Cell], *, results_dir: str, data_dir: str, overrides: S
         line = _console_line(cell, record, shown)
         if line:
           echo(line)
-    if bar is not None:
-      bar.update()
+      if progress is not None:
+        progress.finished(cell.name, record["status"], time.perf_counter() - start)
+    elif progress is not None:
+      progress.passed(cell.name)
   return summary
 
 
@@ -590,8 +707,6 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
   ``launcher``: "inprocess" (this process), "local" (submitit local workers) or "slurm" (a submitit
   SLURM job array; returns once submitted). ``launcher_options``: see ``launcher.OPTION_KEYS``.
   """
-  from tqdm.auto import tqdm
-
   from lra_bench.experiments import launcher as launcher_lib
 
   options = launcher_lib.check_options(launcher, launcher_options)  # a bad flag fails before planning
@@ -617,13 +732,12 @@ def run_suite(protocol: str, tasks: str | Sequence[str] = "all", attentions: str
                       overrides=overrides, isolate=isolate, retry=retry, progress=progress,
                       desc=f"suite {protocol}")
   else:
-    bar = tqdm(total=len(todo), unit="cell", desc=f"suite {protocol}", disable=not progress,
-               dynamic_ncols=True, smoothing=0.0)  # smoothing 0: ETA = remaining x mean cell time
+    display = GridProgress(todo, data_dir, f"suite {protocol}", enabled=progress)
     try:
       summary = work(todo, results_dir=results_dir, data_dir=data_dir, overrides=overrides, isolate=isolate,
-                     retry=retry, baseline=baseline, bar=bar)
+                     retry=retry, baseline=baseline, progress=display)
     finally:
-      bar.close()
+      display.close()
   summary.done_before = done_before + summary.done_before
   summary.skipped_tasks = skipped
   summary.no_causal_form = no_causal
@@ -645,8 +759,16 @@ def _launch(launcher: str, options: dict[str, Any], todo: list[Cell], baseline: 
     return Summary()
   grid = launcher_lib.Grid(todo, os.path.abspath(results_dir), os.path.abspath(data_dir), list(overrides),
                            bool(isolate), tuple(retry), baseline, work, lock_holder)
-  done = launcher_lib.launch(launcher, options, grid, finished=lambda: len(_ran_since(grid)),
-                             progress=progress, desc=desc)
+  display = None
+  if launcher == "local":
+    workers = launcher_lib.worker_count(launcher, options, len(todo))
+    display = GridProgress(todo, data_dir, desc, workers=workers, enabled=progress)
+  try:
+    done = launcher_lib.launch(launcher, options, grid, watch=None if display is None else
+                               lambda: display.poll(grid))
+  finally:
+    if display is not None:
+      display.close()
   if not done.waited:
     return Summary(queued=[c.name for c in todo], jobs=done.jobs, notes=done.notes)
   summary = settle(grid, done.outputs)

@@ -20,8 +20,9 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 import attention_zoo
+from tasks.progress import Progress
 from lra_bench.experiments import results
-from lra_bench.report import curves, plots, pretraining, recall, viz
+from lra_bench.report import curves, plots, pretraining, recall, summary, viz
 from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
 from lra_bench.report.efficiency import (EfficiencyGroup, dropout_words, efficiency_groups, family_order,
                                          scaling_series)
@@ -112,13 +113,16 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                  protocols: Sequence[str] | None = None,
                  attention_names: Sequence[str] | None = None,
                  attention_compiler: Callable | None = None,
-                 attention_fits: Callable[[Any, str, str], None] | None = None) -> list[str]:
+                 attention_fits: Callable[[Any, str, str], None] | None = None,
+                 progress: bool = False) -> list[str]:
   """Writes every table and figure of ``results_dir``'s records into ``out_dir``; returns the paths.
 
   ``attention_names``: the attentions whose effective patterns are drawn (None: every registered one;
   an empty list: no patterns section). ``attention_compiler`` / ``attention_fits``: how the attention
   patterns' probe is compiled and checked for memory before it runs (``viz.plot_attention_grid``'s
-  ``compiler`` / ``fits``; the command line passes training's)."""
+  ``compiler`` / ``fits``; the command line passes training's). ``progress``: the report's steps (each
+  protocol's tables, the recall and curve sections, each benchmark group, each core's pattern, the index)
+  on the console (``tasks.progress``)."""
   records, unreadable = results.read_records(results_dir)
   results.warn_unreadable(unreadable)
   reference_acc, reference_eff = load_reference(reference_dir)
@@ -139,18 +143,39 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} from "
                f"`{os.path.join(results_dir, results.RESULTS_FILE)}` ({len(records)} records"
                + (f", {len(unreadable)} unreadable lines" if unreadable else "") + ")"
-               + (f" by `{command}`." if command else "."), "",
-               *_unreadable_section(unreadable),
+               + (f" by `{command}`." if command else "."), ""]
+  opening = len(out.index)  # the summary goes here once the tables behind it are made
+  out.index += [*_unreadable_section(unreadable),
                (f"Protocols: {', '.join(f'`{p}`' for p in protocols)}. " if protocols else
                 "Recall records only (no LRA accuracy section). " if recall_records else
                 "Benchmark records only (no accuracy section; train with `lra-bench suite`). ")
                + f"Registered attentions: {', '.join(attention_zoo.list_attentions())}.", "",
                *_environment(records), ""]
+  names = attention_zoo.list_attentions() if attention_names is None else list(attention_names)
+  groups = efficiency_groups(records, reference_eff)
+  steps = Progress(len(protocols) + 1 + len(groups) + len(names) + 1, "report", "steps", enabled=progress)
+  try:
+    _sections(out, steps, records, protocols, recall_records, groups, names, results_dir, out_dir, reference_dir,
+              reference_acc, attention_length, attention_compiler, attention_fits, opening)
+  finally:
+    steps.close()
+  return out.written
+
+
+def _sections(out: _Out, steps: Progress, records: Sequence[dict], protocols: Sequence[str],
+              recall_records: Sequence[dict], groups: Sequence[EfficiencyGroup], names: Sequence[str],
+              results_dir: str, out_dir: str, reference_dir: str | None, reference_acc, attention_length: int,
+              attention_compiler, attention_fits, opening: int) -> None:
+  """Every section of the report after its header, then the summary at ``opening`` and index.md."""
   followups = load_followups(reference_dir)
   # a protocol that runs its own paper's recipe is set beside that paper's rows, any other beside LRA's
-  accuracy_reports = [_accuracy_section(out, accuracy_report(
-      records, p, own_reference(followups, p) if p in OWN_PUBLISHED else reference_acc, results_dir))
-      for p in protocols]
+  accuracy_reports = []
+  for p in protocols:
+    steps.set_status(f"accuracy tables of {p}")
+    accuracy_reports.append(_accuracy_section(out, accuracy_report(
+        records, p, own_reference(followups, p) if p in OWN_PUBLISHED else reference_acc, results_dir)))
+    steps.advance(note=f"accuracy tables of {p}")
+  steps.set_status("recall and training-curve sections")
   spt_protocols = [p for p in protocols if pretraining.has_spt(records, p)]
   for p in spt_protocols:
     _spt_section(out, pretraining.spt_report(records, p, load_spt_reference(reference_dir)))
@@ -162,22 +187,28 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
   out.index += curve_lines
   if protocols:
     _followups_section(out, followups)
-  groups = efficiency_groups(records, reference_eff)
+  steps.advance(note="recall and training-curve sections")
   if not groups:
     out.index += ["## Efficiency", "", "No benchmark records. Measure with "
                   f"`lra-bench bench --results_dir {results_dir}` (see README).", ""]
   for g in groups:
+    steps.set_status(f"efficiency tables and plots {g.stem}")
     _efficiency_section(out, g)
+    steps.advance(note=f"efficiency tables and plots {g.stem}")
   bubble = _bubble(accuracy_reports, groups, out_dir)
   if bubble:
     out.written += bubble[0]
     out.index += ["## Accuracy vs speed (LRA Fig. 3)", "", f"![bubble]({out.rel(bubble[0][0])})", "",
                   bubble[1], ""]
-  names = attention_zoo.list_attentions() if attention_names is None else list(attention_names)
   if names:  # an empty list: no patterns section (None: every registered attention)
-    _patterns_section(out, names, attention_length, compiler=attention_compiler, fits=attention_fits)
+    steps.set_status("effective attention patterns")
+    _patterns_section(out, names, attention_length, compiler=attention_compiler, fits=attention_fits,
+                      done=lambda name: steps.advance(note=f"pattern of {name}"))
+  headline = summary.section(summary.headline(accuracy_reports, groups))
+  out.write(os.path.join(out_dir, summary.FILE), "\n".join(headline))
+  out.index[opening:opening] = headline
   out.write(os.path.join(out_dir, "index.md"), "\n".join(out.index))
-  return out.written
+  steps.advance(note="summary and index.md")
 
 
 def _unreadable_section(unreadable: Sequence[str]) -> list[str]:
@@ -303,6 +334,7 @@ def _efficiency_section(out: _Out, g: EfficiencyGroup) -> None:
 
 
 def _patterns_section(out: _Out, names: Sequence[str], length: int, **probe: Any) -> None:
+  """The effective-attention heatmaps of ``names`` (``probe``: ``viz.plot_attention_grid``'s keywords)."""
   paths, errors = viz.plot_attention_grid(names, os.path.join(out.directory, "attention_patterns"), length=length,
                                           **probe)
   out.written += paths

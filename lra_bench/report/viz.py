@@ -86,9 +86,10 @@ def plot_attention(name: str, out: str, length: int = 64, seed: int = 0, *, comp
 
 def plot_attention_grid(names: Sequence[str], out_stem: str, length: int = 64, seed: int = 0, *,
                         compiler: Callable | None = None,
-                        fits: Callable[[Any, str, str], None] | None = None) -> tuple[list[str], dict[str, str]]:
+                        fits: Callable[[Any, str, str], None] | None = None,
+                        done: Callable[[str], None] | None = None) -> tuple[list[str], dict[str, str]]:
   """One panel per core in a grid; returns (paths, {name: error} for cores that could not be probed).
-  ``compiler`` / ``fits``: see the module docstring."""
+  ``compiler`` / ``fits``: see the module docstring; ``done(name)``: called as each core is probed."""
   from lra_bench.report import plots
 
   plt = plots.pyplot()
@@ -98,6 +99,8 @@ def plot_attention_grid(names: Sequence[str], out_stem: str, length: int = 64, s
       matrices[name] = _matrix(name, length, seed, compiler, fits)
     except Exception as err:  # noqa: BLE001 - one broken core must not hide the others
       errors[name] = f"{type(err).__name__}: {err}"
+    if done is not None:
+      done(name)
   if not matrices:
     return [], errors
   # A fixed layout (inches), computed here rather than by a layout engine: with 46 panels and their
