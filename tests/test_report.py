@@ -279,6 +279,22 @@ def test_benchmark_only_results_have_no_accuracy_section(tmp_path, fast_compile)
   assert "## Accuracy" not in index and "Benchmark records only" in index
 
 
+def test_the_report_names_no_absolute_path(tmp_path, monkeypatch, fast_compile):
+  """index.md names the records (and the commands that fill its missing cells) relative to where the report was
+  made, never by the machine's absolute path (here the results dir is given absolute, beside the cwd)."""
+  results_dir, out = str(tmp_path / "results"), str(tmp_path / "report")
+  results.append_record(results_dir, RECORDS[0])
+  elsewhere = tmp_path / "cwd"
+  elsewhere.mkdir()
+  monkeypatch.chdir(elsewhere)
+  report_index.write_report(results_dir, out, attention_names=["vanilla"])
+  with open(os.path.join(out, "index.md")) as f:
+    index = f.read()
+  assert str(tmp_path) not in index and "`../results/results.jsonl`" in index
+  monkeypatch.chdir(tmp_path)
+  assert report_index.shown_path(results_dir) == "results"
+
+
 def test_memory_columns_name_their_source_and_never_mix():
   """The compiled estimate (every backend) and the measured device peak (GPU/TPU) are separate tables
   whose captions say which is which; a point without a measured peak is n/a there, not its estimate."""

@@ -36,6 +36,12 @@ from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, O
 REFERENCE_FILES = ("lra_paper_accuracy.csv", "lra_paper_efficiency.csv", FOLLOWUPS_FILE, SPT_FILE)
 
 
+def shown_path(path: str) -> str:
+  """``path`` as a report shows it: relative to the working directory the report was made in (so its commands
+  run from there), never the machine's absolute path."""
+  return os.path.relpath(os.path.abspath(path))
+
+
 def reference_problem(reference_dir: str | None) -> str | None:
   """Why ``reference_dir`` holds no published numbers (so every published table would be empty), or
   None; None for the default (the repository's ``reports/reference``)."""
@@ -141,7 +147,7 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
       protocols or [r["protocol"] for r in train_records] or ["smoke"])
   out.index = ["# lra-bench report", "",
                f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} from "
-               f"`{os.path.join(results_dir, results.RESULTS_FILE)}` ({len(records)} records"
+               f"`{shown_path(os.path.join(results_dir, results.RESULTS_FILE))}` ({len(records)} records"
                + (f", {len(unreadable)} unreadable lines" if unreadable else "") + ")"
                + (f" by `{command}`." if command else "."), ""]
   opening = len(out.index)  # the summary goes here once the tables behind it are made
@@ -173,7 +179,7 @@ def _sections(out: _Out, steps: Progress, records: Sequence[dict], protocols: Se
   for p in protocols:
     steps.set_status(f"accuracy tables of {p}")
     accuracy_reports.append(_accuracy_section(out, accuracy_report(
-        records, p, own_reference(followups, p) if p in OWN_PUBLISHED else reference_acc, results_dir)))
+        records, p, own_reference(followups, p) if p in OWN_PUBLISHED else reference_acc, shown_path(results_dir))))
     steps.advance(note=f"accuracy tables of {p}")
   steps.set_status("recall and training-curve sections")
   spt_protocols = [p for p in protocols if pretraining.has_spt(records, p)]
@@ -190,7 +196,7 @@ def _sections(out: _Out, steps: Progress, records: Sequence[dict], protocols: Se
   steps.advance(note="recall and training-curve sections")
   if not groups:
     out.index += ["## Efficiency", "", "No benchmark records. Measure with "
-                  f"`lra-bench bench --results_dir {results_dir}` (see README).", ""]
+                  f"`lra-bench bench --results_dir {shown_path(results_dir)}` (see README).", ""]
   for g in groups:
     steps.set_status(f"efficiency tables and plots {g.stem}")
     _efficiency_section(out, g)
