@@ -1,13 +1,7 @@
-"""lra-bench: the Long-Range Arena harness, in three wings that follow the data (docs/ARCHITECTURE.md).
-
-- ``lra_bench.training``: train one config (config, parallel, models, optim, steps, checkpoints,
-  xla_stats, loop); knows nothing about records or suites.
-- ``lra_bench.experiments``: many runs, one record each (cell, suite, bench; ``results`` builds every
-  record).
-- ``lra_bench.report``: reads records and the published references (reference, accuracy, efficiency,
-  index, tables, plots, viz).
-
-``lra_bench.cli`` sits on top. Imports go one way: report -> experiments -> training, never back.
+"""lra-bench: the Long-Range Arena harness, in three wings that follow the data: ``training`` (one config),
+``experiments`` (many runs, one record each) and ``report`` (records -> tables and figures), with the command
+modules on top. Imports go one way: report -> experiments -> training, never back. The module map, the
+data flow and the contracts are in docs/ARCHITECTURE.md (the one map, checked by tests/test_docs.py).
 """
 
 import os as _os

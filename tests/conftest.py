@@ -1,6 +1,9 @@
 """Shared test setup: hide accelerators from TensorFlow, keep JAX quiet and deterministic."""
 
+import ast
 import atexit
+import collections
+import functools
 import os
 import shutil
 import tempfile
@@ -70,5 +73,158 @@ def fast_compile(monkeypatch):
 
 
 def pytest_configure(config):
+  config.addinivalue_line("markers", "slow(why): trains, spawns processes or sweeps the whole registry; set by "
+                          "pytest_collection_modifyitems below, never by hand (`-m 'not slow'`: the quick tier)")
   config.addinivalue_line("markers", "slurm: needs a reachable SLURM (scripts/slurm_local.sh start); "
                           "skipped without one unless LRA_REQUIRE_SLURM=1")
+
+
+# The test pyramid. The quick tier, `./run_tests.sh --quick` (`-m "not slow"`), is everything this hook
+# does not mark slow: the float64 references, the unit tests, the registry-wide kit on one layer per family,
+# the architecture and docs checks. The complete suite (`./run_tests.sh`, what CI runs) runs both. A test is
+# slow when the code it runs (its body, the module's or the helper modules' functions and fixtures it
+# reaches) trains (a training step included), spawns processes, runs a command that trains or runs the whole
+# conformance kit on a layer; or when it is about a layer that does not stand for its family (the first
+# registered layer of each family does): the tests of a file about one layer (test_<layer>.py,
+# test_mixer_<layer>.py) and the cases of a parametrisation over the whole registry. So the quick tier keeps
+# one layer per family, with its float64 references and its kit. docs/testing.md states the rule;
+# `pytest --collect-only -m "not slow"` lists the quick tier.
+SPAWNS = frozenset({"subprocess", "Popen", "multiprocessing", "fork", "ProcessPoolExecutor", "submitit", "submit"})
+TRAINS = frozenset({"train_cell", "train_and_evaluate", "run_suite", "run_cell", "run_bench", "run_point",
+                    "measure", "train_step"})
+TRAINING_COMMANDS = frozenset({"train", "suite", "bench", "check"})  # lra-bench commands that train or time
+# The whole conformance kit on one layer, or `lra-bench check`, unless called with quick=True (small shapes, no
+# training): the quick tier runs the kit through the registry-wide test, on one layer per family.
+FULL_KIT = frozenset({"assert_conformant", "run_conformance", "run_check"})
+
+
+def _defs(tree) -> dict:
+  """{name: node} of the module-level functions and classes of ``tree`` (a class's methods under
+  ``Class.method`` too)."""
+  defs = {}
+  for node in tree.body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      defs[node.name] = node
+    if isinstance(node, ast.ClassDef):
+      defs.update({f"{node.name}.{n.name}": n for n in node.body if isinstance(n, ast.FunctionDef)})
+  return defs
+
+
+@functools.cache
+def _module_defs(path: str) -> dict:
+  with open(path, encoding="utf-8") as f:
+    return _defs(ast.parse(f.read()))
+
+
+@functools.cache
+def _helper_defs() -> dict:
+  """The functions and fixtures of the shared test modules (this file and the helpers beside it)."""
+  here = os.path.dirname(os.path.abspath(__file__))
+  defs = {}
+  for name in sorted(os.listdir(here)):
+    if name.endswith(".py") and not name.startswith("test_"):
+      defs.update(_module_defs(os.path.join(here, name)))
+  return defs
+
+
+def _runs_training_command(node) -> bool:
+  """A literal ``["lra-bench", "train", ...]`` or ``"lra-bench suite ..."`` in ``node``."""
+  for sub in ast.walk(node):
+    if isinstance(sub, (ast.List, ast.Tuple)):
+      words = [e.value for e in sub.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+      if any(a == "lra-bench" and b in TRAINING_COMMANDS for a, b in zip(words, words[1:])):
+        return True
+    elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+      words = sub.value.split()
+      if words[:1] == ["lra-bench"] and words[1:2] and words[1] in TRAINING_COMMANDS:
+        return True
+  return False
+
+
+def _name(node) -> str | None:
+  return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def _trains_or_spawns(item) -> str | None:
+  """Why the code ``item`` runs is slow (a name it reaches), or None."""
+  defs = {**_helper_defs(), **_module_defs(str(item.path))}
+  name = getattr(item, "originalname", item.name)
+  start = f"{item.cls.__name__}.{name}" if getattr(item, "cls", None) else name
+  todo, seen = [start, *getattr(item, "fixturenames", ())], set()
+  while todo:
+    key = todo.pop()
+    if key in seen or key not in defs:
+      continue
+    seen.add(key)
+    node = defs[key]
+    if _runs_training_command(node):
+      return f"{key} runs a command that trains"
+    for sub in ast.walk(node):
+      if isinstance(sub, ast.Call) and _name(sub.func) in FULL_KIT and not any(
+          k.arg == "quick" and isinstance(k.value, ast.Constant) and k.value.value is True for k in sub.keywords):
+        return f"{key} calls {_name(sub.func)} without quick=True"
+      word = _name(sub)
+      if word in SPAWNS or word in TRAINS:
+        return f"{key} calls {word}"
+      if word is not None:
+        todo.append(word)
+  return None
+
+
+def _layers_of(item) -> set[str]:
+  import attention_zoo
+
+  layers = set(attention_zoo.list_layers())
+  values = list(getattr(getattr(item, "callspec", None), "params", {}).values())
+  found = set()
+  while values:
+    value = values.pop()
+    if isinstance(value, (tuple, list)):
+      values.extend(value)
+    elif isinstance(value, str) and value in layers:
+      found.add(value)
+  return found
+
+
+def _layer_of_file(path: str, layers: list[str]) -> str | None:
+  """The layer a test file is about: ``test_<layer>[_<topic>].py`` or ``test_mixer_<layer>[_<topic>].py``
+  (the longest registered name that fits), else None."""
+  stem = os.path.basename(path)[:-len(".py")].removeprefix("test_").removeprefix("mixer_")
+  fits = [name for name in layers if stem == name or stem.startswith(name + "_")]
+  return max(fits, key=len) if fits else None
+
+
+def _not_representative(items) -> set:
+  """The items about a layer that is not the first registered layer of its family: those of a test file
+  about one layer (``tests/test_performer.py``, ``tests/test_mixer_mamba.py``) and those of a parametrisation
+  over (at least half of) the cores or the mixers."""
+  import attention_zoo
+
+  names = attention_zoo.list_layers()
+  first = {}
+  for name in names:
+    first.setdefault(attention_zoo.layer_family(name), name)
+  representatives = set(first.values())
+  cores, mixers = set(attention_zoo.list_attentions()), set(attention_zoo.list_mixers())
+  groups = collections.defaultdict(list)
+  for item in items:
+    groups[(str(item.path), getattr(item, "cls", None), getattr(item, "originalname", item.name))].append(item)
+  out = set()
+  for (path, _, _), group in groups.items():
+    about = _layer_of_file(path, names)
+    if about is not None and about not in representatives:
+      out.update(group)
+      continue
+    layers = [_layers_of(item) for item in group]
+    covered = set().union(*layers)
+    if len(covered) >= 3:
+      out.update(item for item, found in zip(group, layers) if found - representatives)
+  return out
+
+
+def pytest_collection_modifyitems(config, items):
+  sweep = _not_representative(items)
+  for item in items:
+    why = _trains_or_spawns(item) or ("about a layer that does not stand for its family" if item in sweep else None)
+    if why:
+      item.add_marker(pytest.mark.slow(why))

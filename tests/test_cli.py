@@ -191,10 +191,10 @@ def test_third_party_info_logs_are_off_unless_asked(monkeypatch):
 
 
 def readme_commands() -> list[str]:
-  """The commands of the README's "Using it" block, as written (comments cut)."""
-  with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+  """The commands of the first block of docs/usage.md ("The first commands"), as written (comments cut)."""
+  with open(os.path.join(REPO, "docs", "usage.md"), encoding="utf-8") as f:
     text = f.read()
-  block = text.split("## Using it", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+  block = text.split("## The first commands", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
   return [line.split(" #", 1)[0].strip() for line in block.splitlines() if line.startswith("lra-bench ")]
 
 

@@ -1,5 +1,6 @@
-"""The README's own ``train`` command works as written, from a fresh working directory: relative paths
-(or none) are resolved by the training code itself, not only by the command line."""
+"""The documented ``train`` command (docs/usage.md, "The first commands") works as written, from a fresh
+working directory: relative paths (or none) are resolved by the training code itself, not only by the command
+line."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def readme_command(prefix: str) -> list[str]:
-  """The first README line that starts with ``prefix``, as argv words (its ``#`` comment dropped)."""
-  with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+  """The first line of docs/usage.md that starts with ``prefix``, as argv words (its ``#`` comment dropped)."""
+  with open(os.path.join(REPO, "docs", "usage.md"), encoding="utf-8") as f:
     for line in f:
       if line.startswith(prefix):
         return shlex.split(line, comments=True)
-  raise AssertionError(f"README.md has no line starting with {prefix!r}")
+  raise AssertionError(f"docs/usage.md has no line starting with {prefix!r}")
 
 
 def _option(words: list[str], name: str) -> str:
@@ -35,10 +36,10 @@ def _option(words: list[str], name: str) -> str:
 def test_readme_train_command_from_a_fresh_directory(listops_dir, tmp_path, fast_compile):
   words = readme_command("lra-bench train ")
   workdir = _option(words, "--workdir")
-  assert not os.path.isabs(workdir), "the README's train command should show a relative --workdir"
+  assert not os.path.isabs(workdir), "the documented train command should show a relative --workdir"
   cwd = tmp_path / "fresh"
   cwd.mkdir()
-  # The README's command word for word, on the tiny ListOps data (and a tiny model: --set).
+  # The documented command word for word, on the tiny ListOps data (and a tiny model: --set).
   argv = [sys.executable, "-m", "lra_bench", *words[1:], f"--data_dir={listops_dir}",
           *(f"--set={o}" for o in tiny_overrides(num_train_steps=8, eval_every=4, checkpoint_every=4))]
   proc = subprocess.run(argv, cwd=cwd, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
