@@ -205,7 +205,6 @@ def _not_representative(items) -> set:
   for name in names:
     first.setdefault(attention_zoo.layer_family(name), name)
   representatives = set(first.values())
-  cores, mixers = set(attention_zoo.list_attentions()), set(attention_zoo.list_mixers())
   groups = collections.defaultdict(list)
   for item in items:
     groups[(str(item.path), getattr(item, "cls", None), getattr(item, "originalname", item.name))].append(item)
