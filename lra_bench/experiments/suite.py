@@ -594,7 +594,7 @@ class GridProgress:
       if cell.name in self.status:
         continue
       holder = lock_holder(grid.results_dir, cell) or {}
-      if holder.get("host") == host and isinstance(holder.get("pid"), int) and _alive(holder["pid"]):
+      if holder.get("host") == host and isinstance(holder.get("pid"), int) and processes.running(holder["pid"]):
         running.append((holder.get("since") or time.time(), cell.name))
     if running:
       start = min(since for since, _ in running)
@@ -622,16 +622,6 @@ def _missing_reason(task: str, data_dir: str, options: str) -> str | None:
 def _data_missing(cell: Cell, data_dir: str) -> str | None:
   """``Task.data_missing`` of the cell's data (cached per task and data options)."""
   return _missing_reason(cell.task, os.path.abspath(data_dir), _data_key(cell)[1])
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
 
 
 def work(cells: Sequence[Cell], *, results_dir: str, data_dir: str, overrides: Sequence[str] = (),
