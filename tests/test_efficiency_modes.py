@@ -19,3 +19,9 @@ def test_the_two_forms_of_a_layer_are_two_rows_of_its_family():
   assert set(frame["family"]) == {"linear-recurrent"}
   recurrent = frame[frame["attention"] == "gla (recurrent)"]
   assert recurrent["step_seconds_median"].tolist() == [0.5]
+
+
+def test_the_crossover_table_keeps_a_recurrent_row_in_its_layers_family():
+  frame = efficiency.bench_frame([_record(None, 0.1), _record("recurrent", 0.5)])
+  table = efficiency.crossover_frame(frame, ["gla", "gla (recurrent)"])
+  assert table["family"].tolist() == ["linear-recurrent", "linear-recurrent"]

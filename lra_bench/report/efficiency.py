@@ -24,12 +24,15 @@ COMPILED_MEMORY = "XLA compiled estimate"   # compiled.memory_analysis(): the sa
 DEVICE_PEAK = "measured device peak"        # memory_stats()["peak_bytes_in_use"]: GPU/TPU only
 
 
+RECURRENT_SUFFIX = " (recurrent)"
+
+
 def point_label(record: dict) -> str:
   """The name a benchmark point is shown under: the layer's, with ``(recurrent)`` appended when the layer ran
   its token-by-token reference form (``model.attention_kwargs.mode = "recurrent"``), so a layer's two forms
   are two rows of the same tables (their ratio, and each one's crossover with ``vanilla``)."""
   kwargs = ((record.get("config") or {}).get("model") or {}).get("attention_kwargs") or {}
-  return f"{record['attention']} (recurrent)" if kwargs.get("mode") == "recurrent" else record["attention"]
+  return record["attention"] + RECURRENT_SUFFIX if kwargs.get("mode") == "recurrent" else record["attention"]
 
 
 def bench_frame(records: Sequence[dict]) -> pd.DataFrame:
@@ -205,7 +208,7 @@ def crossover_frame(frame: pd.DataFrame, attentions: Sequence[str]) -> pd.DataFr
   each of ``BASELINES`` in time and in compiled memory."""
   rows = []
   for a in attentions:
-    row = {"attention": a, "family": attention_family(a)}
+    row = {"attention": a, "family": attention_family(a.removesuffix(RECURRENT_SUFFIX))}
     for metric, name in SLOPES:
       row[f"{name.lower()}_slope"] = slope(frame, a, metric)
     for baseline in BASELINES:
