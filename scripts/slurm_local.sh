@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node SLURM on this machine: for the cluster path's tests (tests/test_slurm_real.py) and for trying
-# `lra-bench suite --launcher slurm` or `srun -n 2 lra-bench train` on a laptop (README "SLURM on one machine").
+# `lra-bench suite --launcher slurm` or `srun -n 2 lra-bench train` on a laptop (docs/cluster.md, "SLURM on one machine").
 #
 #   scripts/slurm_local.sh start    install what is missing (apt-get, as root), write the config, start
 #                                   munged, slurmctld and slurmd, wait until the node is idle

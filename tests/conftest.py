@@ -79,23 +79,26 @@ def pytest_configure(config):
                           "skipped without one unless LRA_REQUIRE_SLURM=1")
 
 
-# The test pyramid. The quick tier, `./run_tests.sh --quick` (`-m "not slow"`), is everything this hook
-# does not mark slow: the float64 references, the unit tests, the registry-wide kit on one layer per family,
-# the architecture and docs checks. The complete suite (`./run_tests.sh`, what CI runs) runs both. A test is
-# slow when the code it runs (its body, the module's or the helper modules' functions and fixtures it
-# reaches) trains (a training step included), spawns processes, runs a command that trains or runs the whole
-# conformance kit on a layer; or when it is about a layer that does not stand for its family (the first
-# registered layer of each family does): the tests of a file about one layer (test_<layer>.py,
-# test_mixer_<layer>.py) and the cases of a parametrisation over the whole registry. So the quick tier keeps
-# one layer per family, with its float64 references and its kit. docs/testing.md states the rule;
-# `pytest --collect-only -m "not slow"` lists the quick tier.
+# The test pyramid. The quick tier, `./run_tests.sh --quick` (`-m "not slow"`, under 5 minutes on 2 CPU
+# cores), is every test this hook leaves unmarked: the unit tests, the float64 references and the conformance
+# kit of one layer per family, the architecture and docs checks. The complete suite (`./run_tests.sh`, what CI
+# runs) runs everything. A test is marked slow, here and nowhere else, when
+#   - the code it runs (its body, and the functions and fixtures of its module or of the shared test modules
+#     that it reaches) spawns processes (SPAWNS), trains or takes a training step (TRAINS), builds the whole
+#     model (MODEL), runs a command that trains (`lra-bench train|suite|bench|check`), or runs the whole
+#     conformance kit on a layer (FULL_KIT without quick=True); or
+#   - it is about a layer that does not stand for its family (the first registered layer of each family
+#     does): a test of a file about one layer (test_<layer>.py, test_mixer_<layer>.py) or a case of a
+#     parametrisation over several layers (the registry-wide kit among them) whose layers are not all the
+#     families' first.
+# docs/testing.md states the rule; the marker's argument says why (`pytest --collect-only -m "not slow"`).
 SPAWNS = frozenset({"subprocess", "Popen", "multiprocessing", "fork", "ProcessPoolExecutor", "submitit", "submit"})
 TRAINS = frozenset({"train_cell", "train_and_evaluate", "run_suite", "run_cell", "run_bench", "run_point",
                     "measure", "train_step"})
+MODEL = frozenset({"Classifier", "LanguageModel", "Pretrainer", "init_state", "create_model"})
 TRAINING_COMMANDS = frozenset({"train", "suite", "bench", "check"})  # lra-bench commands that train or time
-# The whole conformance kit on one layer, or `lra-bench check`, unless called with quick=True (small shapes, no
-# training): the quick tier runs the kit through the registry-wide test, on one layer per family.
-FULL_KIT = frozenset({"assert_conformant", "run_conformance", "run_check"})
+FULL_KIT = frozenset({"assert_conformant", "run_conformance", "run_check"})  # quick=True: small shapes, no training
+LAYER_SWEEP = 2  # a parametrisation naming this many registered layers or more is a sweep over layers
 
 
 def _defs(tree) -> dict:
@@ -145,8 +148,8 @@ def _name(node) -> str | None:
   return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
 
 
-def _trains_or_spawns(item) -> str | None:
-  """Why the code ``item`` runs is slow (a name it reaches), or None."""
+def _slow_code(item) -> str | None:
+  """Why the code ``item`` runs is slow (what it reaches), or None."""
   defs = {**_helper_defs(), **_module_defs(str(item.path))}
   name = getattr(item, "originalname", item.name)
   start = f"{item.cls.__name__}.{name}" if getattr(item, "cls", None) else name
@@ -164,8 +167,8 @@ def _trains_or_spawns(item) -> str | None:
           k.arg == "quick" and isinstance(k.value, ast.Constant) and k.value.value is True for k in sub.keywords):
         return f"{key} calls {_name(sub.func)} without quick=True"
       word = _name(sub)
-      if word in SPAWNS or word in TRAINS:
-        return f"{key} calls {word}"
+      if word in SPAWNS or word in TRAINS or word in MODEL:
+        return f"{key} uses {word}"
       if word is not None:
         todo.append(word)
   return None
@@ -196,8 +199,8 @@ def _layer_of_file(path: str, layers: list[str]) -> str | None:
 
 def _not_representative(items) -> set:
   """The items about a layer that is not the first registered layer of its family: those of a test file
-  about one layer (``tests/test_performer.py``, ``tests/test_mixer_mamba.py``) and those of a parametrisation
-  over (at least half of) the cores or the mixers."""
+  about one layer (``tests/test_performer.py``, ``tests/test_mixer_mamba.py``) and the cases of a
+  parametrisation over several layers (``tests/test_attention_registry.py``) that name such a layer."""
   import attention_zoo
 
   names = attention_zoo.list_layers()
@@ -211,12 +214,8 @@ def _not_representative(items) -> set:
   out = set()
   for (path, _, _), group in groups.items():
     about = _layer_of_file(path, names)
-    if about is not None and about not in representatives:
-      out.update(group)
-      continue
-    layers = [_layers_of(item) for item in group]
-    covered = set().union(*layers)
-    if len(covered) >= 3:
+    layers = [_layers_of(item) | ({about} if about else set()) for item in group]
+    if about is not None or len(set().union(*layers)) >= LAYER_SWEEP:
       out.update(item for item, found in zip(group, layers) if found - representatives)
   return out
 
@@ -224,6 +223,6 @@ def _not_representative(items) -> set:
 def pytest_collection_modifyitems(config, items):
   sweep = _not_representative(items)
   for item in items:
-    why = _trains_or_spawns(item) or ("about a layer that does not stand for its family" if item in sweep else None)
+    why = _slow_code(item) or ("about a layer that does not stand for its family" if item in sweep else None)
     if why:
       item.add_marker(pytest.mark.slow(why))

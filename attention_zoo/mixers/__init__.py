@@ -1,4 +1,4 @@
-"""Sequence mixers: the second layer contract beside the attention core (docs/ARCHITECTURE.md, CONTRACT 6).
+"""Sequence mixers: the second layer contract beside the attention core (docs/ARCHITECTURE.md, CONTRACT 4).
 
 A *sequence mixer* replaces the whole multi-head attention sub-layer of an encoder block (the
 projections included): ``x [B, L, D], mask bool [B, L] -> [B, L, D]`` in ``x``'s dtype. State-space
