@@ -2,7 +2,12 @@
 (ours or the official ``lra_release/listops-1000``), and a deterministic tokenizer.
 
 Spec: docs/generators.md §1. Files: ``<data_dir>/listops-1000/<name>_{train,val,test}.tsv``
-with header ``Source\\tTarget`` and CRLF line ends (Python's csv default, as the original wrote them).
+with header ``Source\\tTarget`` and CRLF line ends (Python's csv default, as the original wrote them), and
+``<name>_meta.json`` (the generation options and each TSV's sha256), written last: it marks complete data.
+A TSV that differs from it (another example count or sha256: cut short, overwritten) is named: a ``data
+prepare`` with the same options generates the files again, and reading it (training) is refused with the
+command that does (``tasks.checksums``). Files without that metadata (the official release) are read as
+they are.
 
 Differences from the original, on purpose:
 - Seeded (``random.Random(seed)``): the same seed gives byte-identical files in every process. The
@@ -17,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import glob
-import json
 import logging
 import os
 import random
@@ -27,7 +31,7 @@ from typing import Union
 
 import numpy as np
 
-from tasks import register_task
+from tasks import checksums, register_task
 from tasks.base import (DataError, Examples, MissingDataError, Task, check_count, check_name, import_tf,
                         length_range_error, pid_alive, read_meta)
 
@@ -155,22 +159,44 @@ def _count_examples(path: str) -> int:
     return sum(1 for line in f if line.strip()) - 1
 
 
-def _short_files(data_dir: str, options: dict) -> str | None:
-  """Which prepared file holds fewer or more examples than ``options`` say (a cut copy), or None."""
-  for split, short in SPLIT_FILES.items():
-    path = _split_path(data_dir, split, options["name"])
-    count, expected = _count_examples(path), options[f"num_{short}"]
-    if count != expected:
-      return f"{path} holds {count} examples, its metadata {expected}"
+def _count_problem(path: str, expected) -> str | None:
+  """How ``path`` differs from the example count its metadata promises (a cut copy), or None."""
+  count = _count_examples(path)
+  if isinstance(expected, int) and count != expected:
+    return f"{path} holds {count} examples, its metadata {expected}"
   return None
 
 
+def _damaged_files(data_dir: str, options: dict, sums) -> list[str]:
+  """Why each prepared file is not the one its metadata describes (missing, another example count, another
+  sha256; ``sums``: the metadata's checksums, None for data prepared before they were kept, whose files
+  must then read as valid ListOps), one line per damaged file naming it; empty: the data are whole."""
+  problems = []
+  for split, short in SPLIT_FILES.items():
+    path = _split_path(data_dir, split, options["name"])
+    if not os.path.exists(path):
+      problems.append(f"{path} is missing")
+      continue
+    problem = _count_problem(path, options[f"num_{short}"])
+    if not problem:
+      detail = checksums.checksum_problem(path, sums)
+      problem = detail and f"{path}: {detail}"
+    if not problem and not isinstance(sums, dict):
+      try:
+        read_tsv(path)
+      except DataError as err:
+        problem = str(err)
+    if problem:
+      problems.append(problem)
+  return problems
+
+
 def _meta_options(meta: dict) -> dict:
-  """A metadata file's options under today's names: data prepared before the generator's bound was
-  renamed holds ``max_length`` for ``max_expression_length`` (the same data, kept)."""
+  """A metadata file's options under today's names, without its checksums: data prepared before the
+  generator's bound was renamed holds ``max_length`` for ``max_expression_length`` (the same data, kept)."""
   if "max_length" in meta and "max_expression_length" not in meta:
     meta = {("max_expression_length" if k == "max_length" else k): v for k, v in meta.items()}
-  return meta
+  return {k: v for k, v in meta.items() if k != checksums.KEY}
 
 
 def num_tokens(source: str) -> int:
@@ -341,12 +367,17 @@ class ListOps(Task):
     paths = [_split_path(data_dir, s, name) for s in SPLIT_FILES]
     if all(map(os.path.exists, paths)) and not overwrite:
       if os.path.exists(meta_path):
-        if _meta_options(read_meta(meta_path, "pass --overwrite to regenerate the data")) == options:
-          short = _short_files(data_dir, options)
-          if not short:
+        meta = read_meta(meta_path, "pass --overwrite to regenerate the data")
+        if _meta_options(meta) == options:
+          sums = meta.get(checksums.KEY)
+          damaged = _damaged_files(data_dir, options, sums)
+          if not damaged:
+            if not isinstance(sums, dict):  # prepared before the checksums: whole, so add them
+              checksums.add_checksums(meta_path, meta, paths)
             logging.info("ListOps data already prepared in %s", out_dir)
             return out_dir
-          logging.warning("%s; generating the files again", short)
+          for problem in damaged:
+            logging.warning("%s; generating the files again", problem)
           return self.prepare(data_dir, **{k: v for k, v in options.items() if k != "generator"},
                               overwrite=True, progress=progress)
         raise DataError(f"{out_dir} holds ListOps '{name}' files generated with other options "
@@ -368,8 +399,10 @@ class ListOps(Task):
           writer = csv.writer(f, delimiter="\t")  # default dialect: CRLF, like the original
           writer.writerow(HEADER)
           writer.writerows(rows)
-      with open(os.path.join(tmp_dir, os.path.basename(meta_path)), "w") as f:
-        json.dump(options, f, indent=1)
+      # The metadata, written last, holds each file's sha256 (checked by a prepare and by every read).
+      sums = {os.path.basename(path): checksums.sha256(os.path.join(tmp_dir, os.path.basename(path)))
+              for path in paths}
+      checksums.write_json(os.path.join(tmp_dir, os.path.basename(meta_path)), {**options, checksums.KEY: sums})
       for split in SPLIT_FILES:
         base = os.path.basename(_split_path(data_dir, split, name))
         os.replace(os.path.join(tmp_dir, base), os.path.join(out_dir, base))
@@ -378,20 +411,28 @@ class ListOps(Task):
       shutil.rmtree(tmp_dir, ignore_errors=True)
     return out_dir
 
-  def _check_count(self, data_dir: str, split: str, name: str, count: int) -> None:
-    """A file we generated holds the count its metadata promises (else it was cut: refused)."""
+  def _check_generated(self, data_dir: str, split: str, name: str) -> None:
+    """A file we generated (its ``<name>_meta.json`` is beside it) is the one its metadata describes: the
+    example count it promises, and the sha256 it records (data prepared before checksums were kept: the
+    count alone). Else DataError naming the file and the prepare command that regenerates it, before the
+    file is parsed (a file cut mid-line would otherwise fail on that line, without the fix)."""
     meta_path = os.path.join(data_dir, SUBDIR, f"{name}_meta.json")
     if not os.path.exists(meta_path):
       return  # the official release or a user's own files: nothing promised
     command = self.prepare_command(data_dir, name=name)
-    meta = _meta_options(read_meta(meta_path, f"delete it and regenerate the data: {command} --overwrite (with "
-                                   "the options it was made with)"))
-    expected = meta.get(f"num_{SPLIT_FILES[split]}")
+    meta = read_meta(meta_path, f"delete it and regenerate the data: {command} --overwrite (with "
+                     "the options it was made with)")
+    options = {k: v for k, v in _meta_options(meta).items() if k != "generator"}
+    regenerate = f"regenerate it with: {self.prepare_command(data_dir, **options)}"
+    path = _split_path(data_dir, split, name)
+    count, expected = _count_examples(path), options.get(f"num_{SPLIT_FILES[split]}")
     if isinstance(expected, int) and count != expected:
-      options = {k: v for k, v in meta.items() if k != "generator"}
-      raise DataError(f"{_split_path(data_dir, split, name)}: {count} examples, but {meta_path} promises "
-                      f"{expected} (a cut or edited file); regenerate it with: "
-                      f"{self.prepare_command(data_dir, **options)}")
+      raise DataError(f"{path}: {count} examples, but {meta_path} promises {expected} (a cut or edited file); "
+                      f"{regenerate}")
+    problem = checksums.checksum_problem(path, meta.get(checksums.KEY), source=os.path.basename(meta_path))
+    if problem:
+      raise DataError(f"{path}: {problem}; {regenerate} (a prepare with the same options finds the damaged "
+                      "file and generates the data again)")
 
   def data_missing(self, data_dir: str, *, name: str = "basic", **_) -> str | None:
     path = _split_path(data_dir, "train", name)
@@ -419,10 +460,10 @@ class ListOps(Task):
           f"lra-bench data prepare listops --protocol <the protocol that uses {name!r}> --data_dir {data_dir}"
       raise MissingDataError(f"ListOps data not found: {path} does not exist.\nGenerate it with:\n  {fix}")
     check_name(self.name, name, "data.options.name")
+    self._check_generated(data_dir, split, name)
     sources, labels = read_tsv(path, self.num_classes)
     if not sources:
       raise DataError(f"{path}: no examples")
-    self._check_count(data_dir, split, name, len(sources))
     num_truncated = sum(num_tokens(s) > max_length for s in sources)
     if num_truncated:
       logging.warning("%s: %d of %d examples are longer than max_length=%d and are truncated",

@@ -9,6 +9,15 @@ Layout (docs/generators.md §2.6), under ``<data_dir>`` or ``<data_dir>/lra_rele
       imgs/<batch> sample_<i>.png <i> <label> <continuity> <contour> <distractor len> <paddle len>
       <paddle thickness> <paddle margin> <#paddle contrasts>
 
+and, for generated data only: ``<difficulty dir>/lra_bench_meta.json`` (the generation options, written
+first) and ``<difficulty dir>/lra_bench_sha256/<batch>.json`` (the sha256 of each file of the batch: its
+PNGs and its metadata file), written just before that batch's ``metadata/<batch>.npy``, which marks the
+batch complete. A ``data prepare`` re-checks every file of every batch against them and generates a batch
+with a damaged file (cut short, overwritten, missing) again, naming the file; a read (training) checks
+the metadata files each time and the PNGs when it decodes them, and refuses a damaged one with the
+command that regenerates it (``tasks.checksums``). Batches generated before the checksums were kept get
+them from a prepare that finds them whole.
+
 Difficulty dirs: contour 6 ``curv_baseline``, 9 ``curv_contour_length_9``, 14 ``curv_contour_length_14``.
 
 Reading: the PNGs are decoded once and cached as one uint8 ``.npy`` (pixels, row-major) plus labels in
@@ -21,6 +30,7 @@ independent of the run seed. Pixels become tokens pixel + 1 (vocab 257), or norm
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import io
@@ -31,11 +41,11 @@ import os
 import pickle
 import re
 import shutil
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 
-from tasks import register_task
+from tasks import checksums, register_task
 from tasks import pathfinder_gen as gen
 from tasks.base import (PIXEL_VOCAB, DataError, Examples, MissingDataError, Task, check_count, check_name,
                         fit_length_fn, import_tf, pid_alive, pixel_inputs_fn, read_meta)
@@ -43,6 +53,7 @@ from tasks.base import (PIXEL_VOCAB, DataError, Examples, MissingDataError, Task
 DIFFICULTY_DIRS = {6: "curv_baseline", 9: "curv_contour_length_9", 14: "curv_contour_length_14"}
 META_FILE = "lra_bench_meta.json"
 CACHE_DIR = "lra_bench_cache"
+CHECKSUM_DIR = "lra_bench_sha256"     # <batch>.json: {"batch": b, "sha256": {relative path: hex}}
 GENERATOR_VERSION = "lra-bench pathfinder v1"
 SPLIT_FRACTIONS = (0.8, 0.1)          # train, validation; test is the rest (LRA: 160k/20k/20k of 200k)
 PIXEL_MEAN, PIXEL_STD = 127.5, 127.5  # floats: (x/255 - 0.5)/0.5, the S4 convention
@@ -86,16 +97,67 @@ def generate_batch(job: tuple) -> int:
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)
   pools: dict = {}
-  lines = []
+  lines, sums = [], {}
   for i in range(count):
     sample = gen.generate_image(resolution, contour_length, rng, pools)
-    Image.fromarray(sample.image, "L").save(os.path.join(tmp, f"sample_{i}.png"))
+    png = io.BytesIO()
+    Image.fromarray(sample.image, "L").save(png, format="PNG")  # the bytes a save to sample_<i>.png writes
+    with open(os.path.join(tmp, f"sample_{i}.png"), "wb") as f:
+      f.write(png.getvalue())
+    sums[f"imgs/{batch}/sample_{i}.png"] = checksums.digest(png.getvalue())
     lines.append(metadata_line(batch, i, sample.label, res, contour_length, sample.margin))
   final = os.path.join(out_dir, "imgs", str(batch))
   shutil.rmtree(final, ignore_errors=True)
   os.replace(tmp, final)
-  _write_atomic(os.path.join(out_dir, "metadata", f"{batch}.npy"), ("\n".join(lines) + "\n").encode())
+  metadata = ("\n".join(lines) + "\n").encode()
+  sums[f"metadata/{batch}.npy"] = checksums.digest(metadata)
+  write_checksums(out_dir, batch, sums)  # before the marker: a batch marked complete has its checksums
+  _write_atomic(os.path.join(out_dir, "metadata", f"{batch}.npy"), metadata)
   return count
+
+
+def checksum_path(out_dir: str, batch: int) -> str:
+  return os.path.join(out_dir, CHECKSUM_DIR, f"{batch}.json")
+
+
+def write_checksums(out_dir: str, batch: int, sums: dict[str, str]) -> None:
+  """Writes batch ``batch``'s checksums (``CHECKSUM_DIR``; keys: paths relative to ``out_dir``)."""
+  os.makedirs(os.path.join(out_dir, CHECKSUM_DIR), exist_ok=True)
+  checksums.write_json(checksum_path(out_dir, batch), {"batch": batch, checksums.KEY: sums})
+
+
+def batch_files(batch: int, count: int) -> list[str]:
+  """The files of a generated batch of ``count`` images, relative to its difficulty dir."""
+  return [f"metadata/{batch}.npy"] + [f"imgs/{batch}/sample_{i}.png" for i in range(count)]
+
+
+def read_checksums(out_dir: str, batch: int) -> dict[str, str] | None:
+  """Batch ``batch``'s checksums ({path relative to ``out_dir``: hex sha256}); None when it has none (a
+  batch generated before they were kept). An unreadable checksum file is a DataError naming it."""
+  path = checksum_path(out_dir, batch)
+  try:
+    with open(path, encoding="utf-8") as f:
+      record = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError) as err:
+    raise DataError(f"{path}: unreadable checksums of batch {batch} ({type(err).__name__}: "
+                    f"{' '.join(str(err).split())[:200]})") from None
+  sums = record.get(checksums.KEY) if isinstance(record, dict) else None
+  if not isinstance(sums, dict) or not all(isinstance(v, str) for v in sums.values()):
+    raise DataError(f"{path}: not the checksums of an lra-bench batch (no {checksums.KEY} object)")
+  return sums
+
+
+@functools.lru_cache(maxsize=4096)
+def _metadata_sum(out_dir: str, batch: int, size: int, mtime_ns: int) -> dict[str, str] | None:
+  """``read_checksums`` of batch ``batch`` cut to its metadata file's entry (empty: not listed), cached
+  while the checksum file's size and mtime stay the same: every read checks the metadata files, and
+  parses each batch's checksum file once per process (not kept whole: a batch lists 1000 PNGs)."""
+  del size, mtime_ns
+  sums = read_checksums(out_dir, batch)
+  key = f"metadata/{batch}.npy"
+  return None if sums is None else {k: v for k, v in sums.items() if k == key}
 
 
 def _stem_key(path: str):
@@ -114,33 +176,46 @@ def read_metadata(out_dir: str) -> list[tuple[str, int]]:
     raise MissingDataError(f"no metadata files in {os.path.join(out_dir, 'metadata')}")
   rows = []
   for path in files:
-    with open(path, "rb") as f:
-      raw = f.read()
-    if not raw.strip():
-      raise DataError(f"{path}: empty metadata file (an interrupted prepare or copy?); delete it and run "
-                      "lra-bench data prepare again to regenerate that batch, or restore it")
-    if raw.startswith(b"\x93NUMPY"):  # the original generator's np.save of a string array
-      lines = [" ".join(map(str, row)) for row in np.load(io.BytesIO(raw), allow_pickle=False)]
-    else:
-      try:
-        lines = raw.decode("utf-8").splitlines()
-      except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not a text metadata file ({err})") from None
-    for lineno, line in enumerate(lines, start=1):
-      fields = line.split()
-      if not fields:
-        continue
-      if len(fields) < 4:
-        raise DataError(f"{path}:{lineno}: expected at least 4 space-separated fields "
-                        f"(subpath, file name, index, label), got {len(fields)}")
-      if fields[3] not in ("0", "1"):
-        raise DataError(f"{path}:{lineno}: label (field 4) must be 0 or 1, got {fields[3]!r}")
-      rows.append((os.path.join(out_dir, fields[0], fields[1]), int(fields[3])))
+    rows.extend(read_metadata_file(out_dir, path))
   return rows
 
 
-def decode_images(rows: list[tuple[str, int]], resolution: int) -> tuple[np.ndarray, np.ndarray, dict]:
-  """uint8 pixels [N, W*W] and int32 labels [N] of the readable images, plus skip counts."""
+def read_metadata_file(out_dir: str, path: str) -> list[tuple[str, int]]:
+  """(image path, label) per line of one metadata file; malformed lines raise DataError(file:line)."""
+  with open(path, "rb") as f:
+    raw = f.read()
+  if not raw.strip():
+    raise DataError(f"{path}: empty metadata file (an interrupted prepare or copy?); delete it and run "
+                    "lra-bench data prepare again to regenerate that batch, or restore it")
+  if raw.startswith(b"\x93NUMPY"):  # the original generator's np.save of a string array
+    try:
+      lines = [" ".join(map(str, row)) for row in np.load(io.BytesIO(raw), allow_pickle=False)]
+    except (ValueError, OSError, EOFError) as err:
+      raise DataError(f"{path}: unreadable numpy metadata file ({type(err).__name__}: {err})") from None
+  else:
+    try:
+      lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
+      raise DataError(f"{path}: not a text metadata file ({err})") from None
+  rows = []
+  for lineno, line in enumerate(lines, start=1):
+    fields = line.split()
+    if not fields:
+      continue
+    if len(fields) < 4:
+      raise DataError(f"{path}:{lineno}: expected at least 4 space-separated fields "
+                      f"(subpath, file name, index, label), got {len(fields)}")
+    if fields[3] not in ("0", "1"):
+      raise DataError(f"{path}:{lineno}: label (field 4) must be 0 or 1, got {fields[3]!r}")
+    rows.append((os.path.join(out_dir, fields[0], fields[1]), int(fields[3])))
+  return rows
+
+
+def decode_images(rows: list[tuple[str, int]], resolution: int,
+                  verify: Callable[[str, bytes | None], None] | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+  """uint8 pixels [N, W*W] and int32 labels [N] of the readable images, plus skip counts. ``verify(path,
+  bytes or None if missing)``, when given, sees each file first and raises on a damaged one (generated
+  data with checksums: refused, not skipped)."""
   from PIL import Image
 
   side = resolution
@@ -153,8 +228,12 @@ def decode_images(rows: list[tuple[str, int]], resolution: int) -> tuple[np.ndar
       with open(path, "rb") as f:
         data = f.read()
     except FileNotFoundError:
+      if verify:
+        verify(path, None)
       skipped["missing"].append(path)
       continue
+    if verify:
+      verify(path, data)
     if not data:
       skipped["empty"].append(path)
       continue
@@ -172,8 +251,10 @@ def decode_images(rows: list[tuple[str, int]], resolution: int) -> tuple[np.ndar
   return pixels[:n], labels[:n], skipped
 
 
-def load(out_dir: str, resolution: int) -> tuple[np.ndarray, np.ndarray]:
-  """All readable images of one difficulty dir, decoded once and cached (memory-mapped on reuse)."""
+def load(out_dir: str, resolution: int, verify: Callable[[str, bytes | None], None] | None = None
+         ) -> tuple[np.ndarray, np.ndarray]:
+  """All readable images of one difficulty dir, decoded once and cached (memory-mapped on reuse);
+  ``verify``: checks each PNG as it is decoded (``decode_images``)."""
   files = metadata_files(out_dir)
   if not files:
     raise MissingDataError(f"no metadata files in {os.path.join(out_dir, 'metadata')}")
@@ -187,7 +268,7 @@ def load(out_dir: str, resolution: int) -> tuple[np.ndarray, np.ndarray]:
       return cached
   rows = read_metadata(out_dir)
   logging.info("decoding %d Pathfinder PNGs in %s (once; cached in %s)", len(rows), out_dir, cache)
-  pixels, labels, skipped = decode_images(rows, resolution)
+  pixels, labels, skipped = decode_images(rows, resolution, verify)
   num_skipped = sum(map(len, skipped.values()))
   if num_skipped:
     first = next(paths[0] for paths in skipped.values() if paths)
@@ -236,6 +317,7 @@ def remove_stale_temporaries(out_dir: str) -> list[str]:
   candidates = (glob.glob(os.path.join(out_dir, "imgs", ".tmp-*")) +
                 glob.glob(os.path.join(out_dir, "metadata", "*.tmp-*")) +
                 glob.glob(os.path.join(out_dir, f"{META_FILE}.tmp-*")) +
+                glob.glob(os.path.join(out_dir, CHECKSUM_DIR, "*.tmp-*")) +
                 glob.glob(os.path.join(out_dir, CACHE_DIR, "*.tmp-*")))
   removed = []
   for path in candidates:
@@ -288,6 +370,102 @@ def array_dataset(pixels: np.ndarray, labels: np.ndarray, indices: np.ndarray):
     return row, label
 
   return tf.data.Dataset.from_tensor_slices(indices.astype(np.int64)).map(lookup)
+
+
+def _relative(out_dir: str, path: str) -> str:
+  return os.path.relpath(path, out_dir).replace(os.sep, "/")
+
+
+def _png_check(out_dir: str, regenerate: str) -> Callable[[str, bytes | None], None]:
+  """``decode_images``'s ``verify`` for generated data: a PNG of a batch with checksums whose bytes differ
+  (or that is missing) is a DataError naming it and ``regenerate``; batches without checksums pass."""
+  loaded: dict[str, dict | None] = {}
+
+  def verify(path: str, data: bytes | None) -> None:
+    key = _relative(out_dir, path)
+    parts = key.split("/")
+    if len(parts) != 3 or parts[0] != "imgs" or not parts[1].isdigit():
+      return  # not a file this generator writes
+    batch = parts[1]
+    if batch not in loaded:
+      try:
+        loaded[batch] = read_checksums(out_dir, int(batch))
+      except DataError as err:
+        raise DataError(f"{err}; {regenerate}") from None
+    sums = loaded[batch]
+    if sums is None:
+      return  # generated before checksums were kept
+    problem = "missing" if data is None else checksums.checksum_problem(
+        path, sums, key, data=data, source=_relative(out_dir, checksum_path(out_dir, int(batch))))
+    if problem:
+      raise DataError(f"{path}: {problem}; {regenerate}")
+
+  return verify
+
+
+def damaged_batches(out_dir: str, options: dict) -> list[int]:
+  """The finished batches of a prepare with ``options`` with a file that is not the one its checksums
+  record (cut short, overwritten, missing), each logged naming that file. Every file is read (a ``data
+  prepare`` is the full check). A batch generated before checksums were kept is damaged unless its
+  metadata file lists its images and each of them decodes; a whole one gets its checksums now."""
+  num_batches = -(-options["num_images"] // options["images_per_batch"])
+  missing = set(missing_batches(out_dir, options))
+  damaged = []
+  for batch in range(num_batches):
+    if batch in missing:
+      continue
+    count = min(options["images_per_batch"], options["num_images"] - batch * options["images_per_batch"])
+    problem = _batch_problem(out_dir, batch, count, options["resolution"])
+    if problem:
+      logging.warning("%s; generating batch %d of %s again", problem, batch, out_dir)
+      damaged.append(batch)
+  return damaged
+
+
+def _batch_problem(out_dir: str, batch: int, count: int, resolution: int) -> str | None:
+  """Why batch ``batch`` (``count`` images) is not whole, naming the file; None when it is."""
+  try:
+    sums = read_checksums(out_dir, batch)
+  except DataError as err:
+    return str(err)
+  files = batch_files(batch, count)
+  if sums is None:
+    problem = _unchecked_batch_problem(out_dir, batch, count, resolution)
+    if problem is None:
+      try:
+        write_checksums(out_dir, batch, {key: checksums.sha256(os.path.join(out_dir, key)) for key in files})
+      except OSError as err:  # a read-only data dir: the data stay usable, only unchecked
+        logging.warning("%s: could not add the checksums of batch %d (%s)", out_dir, batch, err)
+    return problem
+  source = _relative(out_dir, checksum_path(out_dir, batch))
+  for key in files:
+    path = os.path.join(out_dir, key)
+    try:
+      with open(path, "rb") as f:
+        data = f.read()
+    except FileNotFoundError:
+      return f"{path}: missing"
+    problem = checksums.checksum_problem(path, sums, key, data=data, source=source)
+    if problem:
+      return f"{path}: {problem}"
+  return None
+
+
+def _unchecked_batch_problem(out_dir: str, batch: int, count: int, resolution: int) -> str | None:
+  """Why a batch without checksums is not whole (its metadata file does not list its ``count`` images, or
+  one of them does not decode at ``resolution``), or None."""
+  marker = os.path.join(out_dir, "metadata", f"{batch}.npy")
+  try:
+    rows = read_metadata_file(out_dir, marker)
+  except DataError as err:
+    return str(err)
+  if [path for path, _ in rows] != [os.path.join(out_dir, key) for key in batch_files(batch, count)[1:]]:
+    return f"{marker}: lists {len(rows)} images, not the {count} images of batch {batch}"
+  _, _, skipped = decode_images(rows, resolution)
+  for kind, paths in skipped.items():
+    if paths:
+      return f"{paths[0]}: {kind}"
+  return None
 
 
 class _Pathfinder(Task):
@@ -363,6 +541,8 @@ class _Pathfinder(Task):
       _write_atomic(meta_path, json.dumps(options, indent=1).encode())
     for path in remove_stale_temporaries(out_dir):
       logging.info("removed %s (left by an interrupted prepare)", path)
+    for batch in damaged_batches(out_dir, options):  # generated again below, as a missing batch
+      os.remove(os.path.join(out_dir, "metadata", f"{batch}.npy"))
     jobs = [(out_dir, resolution, contour_length, b, min(images_per_batch, num_images - b * images_per_batch),
              seed) for b in missing_batches(out_dir, options)]
     if not jobs:
@@ -381,12 +561,15 @@ class _Pathfinder(Task):
             bar.advance(count)
     return out_dir
 
-  def _check_complete(self, data_dir: str, out_dir: str, name: str) -> None:
-    """Generated data (it has ``lra_bench_meta.json``) holds every batch its metadata promises; an
-    interrupted prepare is refused with the command that resumes it."""
+  def _check_complete(self, data_dir: str, out_dir: str, name: str
+                      ) -> Callable[[str, bytes | None], None] | None:
+    """Generated data (it has ``lra_bench_meta.json``) holds every batch its metadata promises, and each
+    batch's metadata file is the one its checksums record; an interrupted prepare or a damaged file is
+    refused with the command that resumes or regenerates it. Returns the check of the PNGs for ``load``
+    (None: not generated here)."""
     meta_path = os.path.join(out_dir, META_FILE)
     if not os.path.exists(meta_path):
-      return  # the official release, or nothing yet (the missing-data error follows)
+      return None  # the official release, or nothing yet (the missing-data error follows)
     meta = read_meta(meta_path, "delete it and regenerate the images with lra-bench data prepare "
                      f"{self.name} --overwrite (and the options they were made with)")
     try:
@@ -394,28 +577,45 @@ class _Pathfinder(Task):
     except (KeyError, TypeError, ZeroDivisionError):
       raise DataError(f"{meta_path}: not the metadata of an lra-bench prepare (no num_images / "
                       "images_per_batch); delete it, or regenerate the images with --overwrite") from None
+    keys = ("resolution", "contour_length", "num_images", "seed", "images_per_batch")
+    options = {k: meta[k] for k in keys if k in meta}
+    command = self.prepare_command(data_dir, **options, **({"name": name} if name else {}))
+    num_batches = -(-meta["num_images"] // meta["images_per_batch"])
     if missing:
-      keys = ("resolution", "contour_length", "num_images", "seed", "images_per_batch")
-      options = {k: meta[k] for k in keys if k in meta}
-      num_batches = -(-meta["num_images"] // meta["images_per_batch"])
-      resume = self.prepare_command(data_dir, **options, **({"name": name} if name else {}))
       raise DataError(f"{out_dir}: incomplete Pathfinder data: {num_batches - len(missing)} of "
                       f"{num_batches} batches of {meta['num_images']} images (an interrupted data prepare); "
-                      f"finish it with: {resume}")
+                      f"finish it with: {command}")
+    regenerate = (f"regenerate it with: {command} (a prepare with the same options finds the damaged file and "
+                  "generates its batch again)")
+    for batch in range(num_batches):
+      sums_path = checksum_path(out_dir, batch)
+      try:
+        stat = os.stat(sums_path)
+        expected = _metadata_sum(out_dir, batch, stat.st_size, stat.st_mtime_ns)
+      except FileNotFoundError:
+        continue  # generated before checksums were kept: read as it is
+      except DataError as err:
+        raise DataError(f"{err}; {regenerate}") from None
+      marker = os.path.join(out_dir, "metadata", f"{batch}.npy")
+      problem = checksums.checksum_problem(marker, expected, f"metadata/{batch}.npy",
+                                           source=_relative(out_dir, sums_path))
+      if problem:
+        raise DataError(f"{marker}: {problem}; {regenerate}")
+    return _png_check(out_dir, regenerate)
 
   def examples(self, data_dir: str, split: str, *, max_length: int, contour_length: int | None = None,
                split_seed: int = 0, input_kind: str = "tokens", name: str = "", limit: int = 0) -> Examples:
     contour_length = contour_length or self.contour_length
     check_name(self.name, name, "data.options.name")
     out_dir, looked = self.find(data_dir, contour_length, name)
-    self._check_complete(data_dir, out_dir, name)
+    verify = self._check_complete(data_dir, out_dir, name)
     if not metadata_files(out_dir):
       options = {"contour_length": contour_length, **({"name": name} if name else {})}
       raise MissingDataError(
           f"{self.name} data not found: no metadata/*.npy in {' or '.join(looked)}.\n"
           f"Generate it with:\n  {self.prepare_command(data_dir, **options)}\n"
           "(or unpack the official release there: lra-bench data download lra-release)")
-    pixels, labels = load(out_dir, self.resolution)
+    pixels, labels = load(out_dir, self.resolution, verify)
     indices = split_indices(len(labels), split, split_seed)
     if limit:
       indices = indices[:limit]

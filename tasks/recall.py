@@ -25,10 +25,7 @@ the command that does.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import glob
-import hashlib
 import json
 import logging
 import math
@@ -40,7 +37,8 @@ from typing import Callable
 
 import numpy as np
 
-from tasks import register_task
+from tasks import checksums, register_task
+from tasks.checksums import sha256
 from tasks.progress import Progress
 from tasks.base import (IGNORE, PREPARE_RANGES, DataError, Examples, MissingDataError, Task, check_count,
                         check_name, import_tf, pid_alive, read_meta)
@@ -366,8 +364,8 @@ class _RecallTask(Task):
                         "again")
       damaged = [(path, problem) for path in paths.values() if (problem := _file_problem(path, meta))]
       if not damaged:
-        if not isinstance(meta.get("sha256"), dict):  # prepared before the checksums: whole, so add them
-          self._add_checksums(meta, paths, meta_path)
+        if not isinstance(meta.get(checksums.KEY), dict):  # prepared before the checksums: whole, so add them
+          checksums.add_checksums(meta_path, meta, paths.values())
         logging.info("%s data '%s' already prepared in %s", self.name, name, out_dir)
         return out_dir
       for path, problem in damaged:
@@ -385,8 +383,8 @@ class _RecallTask(Task):
     try:
       for split, path in paths.items():
         np.savez(os.path.join(tmp_dir, os.path.basename(path)), **arrays[split])
-      meta["sha256"] = {os.path.basename(path): sha256(os.path.join(tmp_dir, os.path.basename(path)))
-                        for path in paths.values()}
+      meta[checksums.KEY] = {os.path.basename(path): sha256(os.path.join(tmp_dir, os.path.basename(path)))
+                             for path in paths.values()}
       with open(os.path.join(tmp_dir, os.path.basename(meta_path)), "w") as f:
         f.write(json.dumps(meta, indent=1) + "\n")
         f.flush()
@@ -397,21 +395,6 @@ class _RecallTask(Task):
     finally:
       shutil.rmtree(tmp_dir, ignore_errors=True)
     return out_dir
-
-  def _add_checksums(self, meta: dict, paths: dict[str, str], meta_path: str) -> None:
-    """Writes the split files' checksums into metadata written before they were kept (atomically)."""
-    meta = dict(meta, sha256={os.path.basename(path): sha256(path) for path in paths.values()})
-    tmp = f"{meta_path}.tmp-{os.getpid()}"
-    try:
-      with open(tmp, "w") as f:
-        f.write(json.dumps(meta, indent=1) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-      os.replace(tmp, meta_path)
-    except OSError as err:  # a read-only data dir: the data stay usable, only unchecked
-      logging.warning("%s: could not add the split files' checksums (%s)", meta_path, err)
-      with contextlib.suppress(OSError):
-        os.unlink(tmp)
 
   def _generate_splits(self, options: dict) -> tuple[dict, dict]:
     """Train, validation and test from their own streams ``default_rng([seed, 0|1|2])``; no row of a later
@@ -488,7 +471,7 @@ class _RecallTask(Task):
                   "generates the data again)")
     if not os.path.exists(path):
       raise MissingDataError(f"{self.name} data not found: {path} does not exist.\nGenerate it with:\n  {command}")
-    problem = _checksum_problem(path, meta)
+    problem = checksums.checksum_problem(path, meta.get(checksums.KEY))
     if problem:
       raise DataError(f"{path}: {problem}; {regenerate}")
     arrays = _load(path, regenerate)
@@ -509,45 +492,13 @@ class _RecallTask(Task):
     return {"inputs": inputs, "positions": positions, "targets": targets}, path, vocab_size
 
 
-def sha256(path: str) -> str:
-  """The hex sha256 of the file ``path``."""
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
-@functools.lru_cache(maxsize=32)
-def _cached_sha256(path: str, size: int, mtime_ns: int) -> str:
-  del size, mtime_ns  # the cache key: a file changed since is hashed again
-  return sha256(path)
-
-
-def _checksum_problem(path: str, meta: dict) -> str | None:
-  """Why ``path`` is not the file its metadata's checksum names (None when it is, or when the metadata was
-  written before checksums were kept)."""
-  sums = meta.get("sha256")
-  if not isinstance(sums, dict):
-    return None
-  expected = sums.get(os.path.basename(path))
-  if not isinstance(expected, str):
-    return f"no checksum for it in the metadata beside it ({os.path.basename(path)} is not listed)"
-  stat = os.stat(path)
-  actual = _cached_sha256(path, stat.st_size, stat.st_mtime_ns)
-  if actual != expected:
-    return (f"damaged: its sha256 is {actual[:16]}..., the metadata beside it says {expected[:16]}... "
-            f"({stat.st_size} bytes; cut short or overwritten since it was generated)")
-  return None
-
-
 def _file_problem(path: str, meta: dict) -> str | None:
   """Why a split file cannot be kept by a prepare (missing, damaged), or None. Metadata written before
   checksums were kept: the file must at least load (``_load``)."""
   if not os.path.exists(path):
     return "missing"
-  if isinstance(meta.get("sha256"), dict):
-    return _checksum_problem(path, meta)
+  if isinstance(meta.get(checksums.KEY), dict):
+    return checksums.checksum_problem(path, meta[checksums.KEY])
   try:
     _load(path, "")
   except DataError as err:

@@ -114,7 +114,10 @@ def test_images_do_not_depend_on_worker_count(pf_root, tmp_path):
 
 def test_reader_skips_empty_and_truncated_pngs(pf_root, tmp_path, caplog):
   out = os.path.join(str(tmp_path), "pathfinder32", "curv_baseline")
-  shutil.copytree(_difficulty(pf_root), out, ignore=shutil.ignore_patterns(pathfinder.CACHE_DIR))
+  # as the release: no lra-bench metadata or checksums (generated data refuses a damaged PNG instead:
+  # tests/test_data_checksums.py)
+  shutil.copytree(_difficulty(pf_root), out, ignore=shutil.ignore_patterns(
+      pathfinder.CACHE_DIR, pathfinder.CHECKSUM_DIR, pathfinder.META_FILE))
   open(os.path.join(out, "imgs", "0", "sample_4.png"), "wb").close()           # empty, as in the release
   data = open(os.path.join(out, "imgs", "2", "sample_7.png"), "rb").read()
   open(os.path.join(out, "imgs", "2", "sample_7.png"), "wb").write(data[:len(data) // 2])  # truncated

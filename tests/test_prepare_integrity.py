@@ -106,12 +106,17 @@ def test_unreadable_prepare_metadata_is_an_error_naming_it(pf_complete, tmp_path
     tasks.get_task("pathfinder").prepare(root, **PF_OPTIONS, progress=False)
 
 
-def test_empty_batch_metadata_file_is_an_error_naming_it(pf_complete, tmp_path):
+@pytest.mark.parametrize("with_checksums", [True, False])
+def test_empty_batch_metadata_file_is_an_error_naming_it(pf_complete, tmp_path, with_checksums):
+  """``with_checksums=False``: batches generated before their checksums were kept (issue 59)."""
   root = str(tmp_path / "data")
-  shutil.copytree(pf_complete, root, ignore=shutil.ignore_patterns(pathfinder.CACHE_DIR))
+  ignore = (pathfinder.CACHE_DIR,) if with_checksums else (pathfinder.CACHE_DIR, pathfinder.CHECKSUM_DIR)
+  shutil.copytree(pf_complete, root, ignore=shutil.ignore_patterns(*ignore))
   empty = os.path.join(_pf_dir(root), "metadata", "1.npy")
   open(empty, "w").close()
-  with pytest.raises(tasks.DataError, match=f"^{empty}: empty metadata file"):
+  message = (f"^{empty}: damaged: its sha256 .*; regenerate it with: lra-bench data prepare pathfinder "
+             if with_checksums else f"^{empty}: empty metadata file")
+  with pytest.raises(tasks.DataError, match=message):
     _examples(root)
 
 
