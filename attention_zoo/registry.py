@@ -87,7 +87,7 @@ class LayerConfig:
   causal: bool = False
   dropout_rate: float = 0.0
 
-  # The model name of this layer's rows in the published tables (reports/reference), if it has one.
+  # The model name of this layer's rows in the published tables (lra_bench/report/published), if it has one.
   paper_name: ClassVar[str | None] = None
   # The family the reports group this layer under (one panel of the scaling figures; ``FAMILIES`` gives
   # their order). A layer that declares none, e.g. a plugin's core, is "other".

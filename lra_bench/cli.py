@@ -450,11 +450,13 @@ def _add_report(commands, common) -> None:
   p.add_argument("--results_dir", type=_path, required=True,  # _report checks it (file, missing, empty)
                  help="folder with results.jsonl")
   p.add_argument("--out", type=output_dir, help="output directory (default: <results_dir>/report)")
-  p.add_argument("--reference_dir", type=_path, help="published numbers (default: reports/reference)")
+  p.add_argument("--reference_dir", type=_path,
+                 help="published numbers (default: the package's own, lra_bench/report/published)")
   p.add_argument("--length", type=int_at_least(1), default=64, help="sequence length of the "
                  "effective-attention probe")
-  p.add_argument("--patterns", type=names, default="all", help="the attentions whose effective-attention "
-                 "patterns are drawn: 'all' (every registered one, ~1 s each on a CPU), 'none', or a comma list")
+  p.add_argument("--patterns", type=names, default="none", help="the attentions whose effective-attention "
+                 "patterns are drawn into attention_patterns.png, for a study about them: 'all' (every "
+                 "registered one, ~1 s each on a CPU), a comma list, or 'none'")
 
 
 def _add_viz(commands, common) -> None:

@@ -7,6 +7,8 @@
 #   3. runs the LRA Table 2 benchmark: Text model, batch 32, lengths 1024-4096, every registered attention
 #      (flash included), --mode train, into reports/gpu_<device>/results, as many as the budget allows;
 #   4. writes the report (lra-bench report) into reports/gpu_<device>/report.
+# The folder has the layout of every study in reports/ (docs/results.md): results/ holds the records and the
+# run's other output too (device.txt, core_tests.txt, compile_warmup/), report/ what lra-bench report writes.
 #
 # Needs: Python >= 3.11 with this repository's core dependencies and a GPU build of jax, e.g.
 #     pip install -e '.[gpu]'          # jax[cuda12]; '.[gpu-cuda13]' for CUDA 13; '.[tpu]' on a TPU VM
@@ -109,7 +111,7 @@ mkdir -p "$RESULTS" "$JAX_COMPILATION_CACHE_DIR"
 say "output: $OUT; lengths $LENGTHS, batch $BATCH, attentions $ATTENTIONS"
 { echo "== run of $(date -u +%Y-%m-%dT%H:%MZ)"; echo "$(sed -n 2,3p <<<"$DEVICE_INFO")"
   echo "command: GPU_CHECK_SMOKE=$SMOKE bash scripts/gpu_check.sh"
-  echo "git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"; } >> "$OUT/device.txt"  # one entry per run
+  echo "git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"; } >> "$RESULTS/device.txt"  # one entry per run
 
 # 2. Compile the benchmark's points (background, CPU work) ---------------------------------------------
 if [ "$ATTENTIONS" = "all" ]; then
@@ -137,7 +139,7 @@ compile_all() {
     [ "$(date +%s)" -ge "$COMPILE_DEADLINE" ] && break
     left=$(( COMPILE_DEADLINE - $(date +%s) ))
     timeout "$left" "$PY" -m lra_bench bench --attentions "$name" "${BENCH_ARGS[@]}" --compile_only --noisolate \
-      --results_dir "$OUT/compile_warmup" >/dev/null 2>&1 &
+      --results_dir "$RESULTS/compile_warmup" >/dev/null 2>&1 &
     running=$((running + 1))
     if [ "$running" -ge "$COMPILERS" ]; then wait -n; running=$((running - 1)); fi
   done
@@ -153,18 +155,18 @@ if [ "${GPU_CHECK_SKIP_TESTS:-0}" != "1" ]; then
   "$PY" -c "import xdist" 2>/dev/null && [ "$SMOKE" != "1" ] && XDIST=(-n "${GPU_CHECK_TEST_WORKERS:-8}")
   say "pytest on ${#TESTS[@]} files (budget ${GPU_CHECK_TEST_BUDGET_S:-150} s)"
   timeout "${GPU_CHECK_TEST_BUDGET_S:-150}" "$PY" -m pytest -v --tb=line -p no:cacheprovider -p no:benchmark "${XDIST[@]}" "${TESTS[@]}" \
-    2>&1 | tee "$OUT/core_tests.txt" | tail -n 25
+    2>&1 | tee "$RESULTS/core_tests.txt" | tail -n 25
   rc=${PIPESTATUS[0]}
   case "$rc" in
     0) TEST_STATUS="passed" ;;
-    124) TEST_STATUS="stopped at its time budget (see $OUT/core_tests.txt)" ;;
-    *) TEST_STATUS="FAILED (exit $rc; see $OUT/core_tests.txt)" ;;
+    124) TEST_STATUS="stopped at its time budget (see $RESULTS/core_tests.txt)" ;;
+    *) TEST_STATUS="FAILED (exit $rc; see $RESULTS/core_tests.txt)" ;;
   esac
   say "core tests: $TEST_STATUS"
 fi
 
 wait "$COMPILE_PID"
-[ "$COMPILERS" -gt 0 ] && say "compiled $(cat "$OUT/compile_warmup/results.jsonl" 2>/dev/null | wc -l) points ahead"
+[ "$COMPILERS" -gt 0 ] && say "compiled $(cat "$RESULTS/compile_warmup/results.jsonl" 2>/dev/null | wc -l) points ahead"
 
 # 4. LRA Table 2 benchmark, timed, one attention at a time alone on the device --------------------------
 say "timing (budget ${GPU_CHECK_BENCH_BUDGET_S:-300} s)"

@@ -33,9 +33,10 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lra_bench
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the study's shared part, beside this file
 
-from lra_bench.training import probe
+import trained_core_calls as probe
 
 
 def log_features(x, w, scale_twice):

@@ -36,7 +36,7 @@ for. ``--threads 0`` leaves XLA's default (every core). The flags must be set be
 script sets them itself; an ``XLA_FLAGS`` already in the environment is kept and added to.
 
     python scripts/profile_cell.py --protocol xiong --task listops --attention nystromformer \\
-        --data_dir DIR --steps 5 --json reports/cpu_xiong_listops/nystromformer.json
+        --data_dir DIR --steps 5 --json reports/cpu_xiong_listops/results/profile/nystromformer.json
 
 The data only needs the right format (step time does not depend on the split sizes); evaluate on a
 validation split of the real size (LRA ListOps: 2000) for ``eval_s``:

@@ -80,5 +80,5 @@ def test_the_report_draws_runs_with_two_evaluations_or_more(tmp_path):
   assert str(tmp_path / "out" / "learning_curves_xiong.png") in written
   text = (tmp_path / "out" / "index.md").read_text()
   assert "## Learning curves" in text and "learning_curves_xiong.png" in text
-  assert "## Effective attention patterns" not in text   # attention_names=[]: none drawn (None: all)
+  assert "## Effective attention patterns" not in text   # attention_names=[] (the default): none drawn
   assert curves.learning_curves_figure([records[2]], "xiong", str(tmp_path / "none")) == []

@@ -78,10 +78,10 @@ def test_the_readme_sections_come_in_their_order():
 
 
 def test_the_readme_accuracy_excerpt_is_the_committed_reports():
-  """Every row of the excerpt is the row of the same attention in reports/example_cpu/accuracy_cpu.md."""
+  """Every row of the excerpt is the row of the same attention in reports/example_cpu/report/accuracy_cpu.md."""
   excerpt = _table_rows(_section(_read(README), "## Read the results"))
   assert excerpt[0] == ["Model", "Attention", "ListOps", "Avg"] and len(excerpt) > 3, excerpt
-  report = _read(os.path.join(REPO, "reports", "example_cpu", "accuracy_cpu.md"))
+  report = _read(os.path.join(REPO, "reports", "example_cpu", "report", "accuracy_cpu.md"))
   assert report.startswith("## Accuracy — protocol `cpu`")
   header, *rows = _table_rows(next(p for p in report.split("\n\n") if p.startswith("| Model |")))
   columns = [header.index("Model"), header.index("Attention"), header.index("ListOps"), header.index("Avg")]

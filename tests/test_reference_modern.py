@@ -1,4 +1,4 @@
-"""The modern recurrent layers' published rows (reports/reference/modern_layers_accuracy.csv and the Kimi
+"""The modern recurrent layers' published rows (lra_bench/report/published/modern_layers_accuracy.csv and the Kimi
 Linear rows of recall_accuracy.csv): read through the report's loaders, values as the papers print them,
 each row with its source and protocol, and never set beside our runs under a protocol of ours."""
 

@@ -223,10 +223,18 @@ def test_report_mistyped_reference_dir(tmp_path, capsys, where):
 
 
 def test_report_draws_the_patterns_it_is_asked_for(tmp_path, capsys):
-  """``--patterns``: a comma list draws those cores only; an unknown name is one clear error before
-  anything is written."""
+  """``--patterns``: none unless asked (a heatmap belongs to a study about the patterns, not to every
+  report); a comma list draws those cores only; an unknown name is one clear error before anything is
+  written."""
   results_dir = str(tmp_path / "results")
   _results_with_non_records(results_dir)
+  for plain in (tmp_path / "cli", tmp_path / "api"):  # the command and write_report, each by default
+    if plain.name == "cli":
+      assert _report("--results_dir", results_dir, "--out", str(plain)) == 0
+    else:
+      report_index.write_report(results_dir, str(plain))
+    assert not list(plain.glob("attention_patterns*")), plain
+    assert "## Effective attention patterns" not in (plain / "index.md").read_text()
   out = tmp_path / "out"
   assert _report("--results_dir", results_dir, "--out", str(out), "--length", "8",
                  "--patterns", "vanilla,local") == 0

@@ -449,10 +449,10 @@ def _published_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame
                      ", ".join(sources)])
   files = sorted(set(reference["file"])) if "file" in reference else ["lra_followups_accuracy.csv"]
   where = (f"the rows published under this protocol's recipe ({', '.join(sorted(set(reference['source'])))}), "
-           f"from {', '.join('reports/reference/' + f for f in files)}, whose README names each source"
+           f"from {', '.join('lra_bench/report/published/' + f for f in files)}, whose README names each source"
            if is_own(reference) else
-           "reports/reference/; lra_paper_table1 = Tay et al. 2021 Table 1, combiner_paper_table5 = Ren et al. "
-           "2021 Table 5")
+           "lra_bench/report/published/; lra_paper_table1 = Tay et al. 2021 Table 1, combiner_paper_table5 = Ren "
+           "et al. 2021 Table 5")
   return Table(pub_columns, pub_rows, left=2, caption=(
       f"Published test accuracy (%) of the models of these names ({where}). Settings: `same` = our "
       f"runs under `{protocol}` used the original's settings for that model (the same model); `differs` = "
@@ -526,8 +526,8 @@ def followups_table(followups: pd.DataFrame) -> Table | None:
   return Table(columns, rows, left=3, caption=(
       f"{FOLLOWUPS_TITLE}: test accuracy (%) as published, each under the protocol named in its row "
       "(model size, training budget, data handling differ from LRA's), from "
-      "reports/reference/lra_followups_accuracy.csv and, for the modern recurrent layers (each under its "
-      "paper's own recipe), reports/reference/modern_layers_accuracy.csv, whose `note` column says how each "
-      "row was read and how its paper averages. Attention: our layer of the same name (a modern layer's by "
+      "lra_bench/report/published/lra_followups_accuracy.csv and, for the modern recurrent layers (each under "
+      "its paper's own recipe), lra_bench/report/published/modern_layers_accuracy.csv, whose `note` column says "
+      "how each row was read and how its paper averages. Attention: our layer of the same name (a modern layer's by "
       "its config's `paper_name`), — when none. Avg (5): the mean of the five tasks without Path-X, empty "
       "when one is missing. For orientation only: no ranking, no deltas."))

@@ -1,7 +1,7 @@
 """The comparative report: accuracy and efficiency tables beside the published numbers, plots, index.
 
 Reads only result records (``<results_dir>/results.jsonl``) and the published numbers
-(``reports/reference/*.csv``). Never invents a number: a cell without a record prints ``no data`` and
+(``lra_bench/report/published/*.csv``). Never invents a number: a cell without a record prints ``no data`` and
 the report lists the command that fills it.
 
   lra-bench report --results_dir results/smoke --out results/smoke/report
@@ -44,7 +44,7 @@ def shown_path(path: str) -> str:
 
 def reference_problem(reference_dir: str | None) -> str | None:
   """Why ``reference_dir`` holds no published numbers (so every published table would be empty), or
-  None; None for the default (the repository's ``reports/reference``)."""
+  None; None for the default (the package's ``lra_bench/report/published``)."""
   if reference_dir is None:
     return None
   expected = (f"expected a folder with the published numbers ({', '.join(REFERENCE_FILES)}), as "
@@ -123,8 +123,9 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                  progress: bool = False) -> list[str]:
   """Writes every table and figure of ``results_dir``'s records into ``out_dir``; returns the paths.
 
-  ``attention_names``: the attentions whose effective patterns are drawn (None: every registered one;
-  an empty list: no patterns section). ``attention_compiler`` / ``attention_fits``: how the attention
+  ``attention_names``: the attentions whose effective patterns are drawn into ``attention_patterns.png``
+  (None or empty, the default: none, and no patterns section; a report draws them only when asked, for a
+  study about the patterns). ``attention_compiler`` / ``attention_fits``: how the attention
   patterns' probe is compiled and checked for memory before it runs (``viz.plot_attention_grid``'s
   ``compiler`` / ``fits``; the command line passes training's). ``progress``: the report's steps (each
   protocol's tables, the recall and curve sections, each benchmark group, each core's pattern, the index)
@@ -157,7 +158,7 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                 "Benchmark records only (no accuracy section; train with `lra-bench suite`). ")
                + f"Registered attentions: {', '.join(attention_zoo.list_attentions())}.", "",
                *_environment(records), ""]
-  names = attention_zoo.list_attentions() if attention_names is None else list(attention_names)
+  names = list(attention_names or ())
   groups = efficiency_groups(records, reference_eff)
   steps = Progress(len(protocols) + 1 + len(groups) + len(names) + 1, "report", "steps", enabled=progress)
   try:
@@ -206,7 +207,7 @@ def _sections(out: _Out, steps: Progress, records: Sequence[dict], protocols: Se
     out.written += bubble[0]
     out.index += ["## Accuracy vs speed (LRA Fig. 3)", "", f"![bubble]({out.rel(bubble[0][0])})", "",
                   bubble[1], ""]
-  if names:  # an empty list: no patterns section (None: every registered attention)
+  if names:  # none asked for: no patterns section
     steps.set_status("effective attention patterns")
     _patterns_section(out, names, attention_length, compiler=attention_compiler, fits=attention_fits,
                       done=lambda name: steps.advance(note=f"pattern of {name}"))

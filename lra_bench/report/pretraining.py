@@ -7,7 +7,7 @@ difference SPT − scratch with Newcombe's interval, the step budgets of both si
 SPT had more steps) and the pretraining's own validation accuracy. The accuracy tables
 (``report.accuracy``) read from-scratch runs only; this section is where SPT runs are shown.
 
-Then the published rows of the paper (``reports/reference/spt_accuracy.csv``), under the paper's own
+Then the published rows of the paper (``lra_bench/report/published/spt_accuracy.csv``), under the paper's own
 protocol and never compared with ours.
 """
 
@@ -364,8 +364,8 @@ def published_table(reference: pd.DataFrame) -> Table | None:
   return Table(columns, rows, left=4, notes=notes, caption=(
       f"{PUBLISHED_TITLE}: test accuracy (%) as published under the paper's own protocol "
       f"({protocols}); not comparable with ours (another model size, training budget and data handling: "
-      f"no deltas). From reports/reference/{SPT_FILE}; amos_2024_table1 = Amos, Berant & Gupta, ICLR 2024, "
-      "Table 1 (its Avg is over the six tasks, Path-X included); lra_paper_table1 = Tay et al., ICLR 2021, "
+      f"no deltas). From lra_bench/report/published/{SPT_FILE}; amos_2024_table1 = Amos, Berant & Gupta, "
+      "ICLR 2024, Table 1 (its Avg is over the six tasks, Path-X included); lra_paper_table1 = Tay et al., ICLR 2021, "
       "Table 1 (Avg over five tasks)."))
 
 

@@ -4,7 +4,7 @@ One table per protocol and task: a row per attention, a column per setting (leng
 width), each cell the best test accuracy over the protocol's learning-rate sweep (the recall protocols
 report the best run; SSMs solve these tasks only in a narrow window of rates), its 95 % Wilson interval
 over the labelled test positions and how many runs were tried. The published value of the same cell
-(``reports/reference/recall_accuracy.csv``, with its source and protocol) sits beside it. Two figures:
+(``lra_bench/report/published/recall_accuracy.csv``, with its source and protocol) sits beside it. Two figures:
 accuracy against the recurrent state a causal model keeps (the Based paper's trade-off) and against the
 width per length (Zoology's Fig. 2).
 """
@@ -253,8 +253,8 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
         "Ours: best test accuracy (%) over the runs of the setting (the protocol's learning-rate sweep), the "
         "mean over seeds; [95 % Wilson interval] over the labelled test positions; (runs tried); the best of "
         "ours per setting in bold.",
-        "published: the source's value for the same setting (reports/reference/recall_accuracy.csv: source "
-        "and protocol columns); pixel reads of a figure are ±3 points."
+        "published: the source's value for the same setting (lra_bench/report/published/recall_accuracy.csv: "
+        "source and protocol columns); pixel reads of a figure are ±3 points."
         + ("" if source_protocol == protocol else
            f" `{protocol}` shortens `{source_protocol}`'s training: the same data setting, fewer steps.")]
     if rows_of_task["rising"].any():

@@ -1,12 +1,14 @@
-"""The published numbers (``reports/reference/*.csv``) and how our attentions map onto their rows.
+"""The published numbers (``lra_bench/report/published/*.csv``, package data) and how our attentions map
+onto their rows.
 
 ``lra_paper_accuracy.csv`` / ``lra_paper_efficiency.csv``: LRA Table 1 (accuracy) and Table 2 (speed,
 memory), plus the Combiner paper's Table 5; ``lra_followups_accuracy.csv``: rows published later
 under other protocols (never merged into the LRA ranking); ``modern_layers_accuracy.csv``: the modern
 recurrent layers' published LRA rows (xLSTM Table 6, RWKV, HGRN, HGRN2, LION), each under its paper's own
 recipe (``protocol``), read with the follow-ups; ``spt_accuracy.csv``: self-pretraining (SPT) against
-training from scratch as published (``report.pretraining``). ``reports/reference/README.md`` describes each
-file and its sources.
+training from scratch as published (``report.pretraining``). ``published/README.md`` describes each file and
+its sources. They are the report's input, so they ship with the package (``pyproject.toml``'s package data):
+an installed lra-bench finds them without the repository.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import pandas as pd
 
 import attention_zoo
 import tasks as tasks_lib
-from lra_bench import REPO_ROOT
 
-DEFAULT_REFERENCE_DIR = os.path.join(REPO_ROOT, "reports", "reference")
+# Beside this module, in the package (declared as package data, so a wheel carries them).
+DEFAULT_REFERENCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "published")
 
 # The LRA Table 1 columns, in its order; ``Avg`` is over the first five (Path-X failed for everyone).
 TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
