@@ -45,7 +45,10 @@ BLOCK_DIFFERS = ("the block lacks Zoology's norm2(residual) term (zoology/model.
                  "the LRA encoder's initialisation")
 PUBLISHED_DIFFERENCES = {name: BLOCK_DIFFERS for name in (
     "vanilla", "local", "linear_transformer", "performer", "longformer", "sparse_fixed", "s4d", "mega",
-    "memory_compressed", "cosformer", "luna", "rfa")}
+    "memory_compressed", "cosformer", "luna", "rfa",
+    # The modern layers' cells (2026-12-04) ran the same block, to sit beside the cells above.
+    "mamba2", "gated_deltanet", "gla", "deltanet", "rwkv7", "mamba", "rg_lru", "retnet", "hgrn2", "kda",
+    "rwkv6", "mlstm")}
 
 
 def mqar(c: ml_collections.ConfigDict) -> None:

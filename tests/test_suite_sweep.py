@@ -64,3 +64,14 @@ def test_cores_without_a_causal_form_leave_the_next_token_grid(tmp_path):
   kept, excluded = suite.without_causal_form(cells)
   assert {c.attention for c in kept} == {"vanilla", "local"}
   assert list(excluded) == ["linformer"] and "causal" in excluded["linformer"]
+
+
+def test_an_attention_option_is_checked_against_the_grids_attentions(tmp_path):
+  """A --set of one layer's option (the modern layers' token-by-token form) plans the grid of layers that
+  have it, and names the cell of a layer that has not."""
+  sets = ["model.attention_kwargs.mode=recurrent"]
+  cells, _ = suite.plan("smoke", ["listops"], ["gla", "mamba"], [0], str(tmp_path), sets)
+  assert [(c.attention, c.config.model.attention_kwargs.mode) for c in cells] == \
+      [("gla", "recurrent"), ("mamba", "recurrent")]
+  with pytest.raises(config_lib.ConfigError, match="vanilla.*no config field.*mode"):
+    suite.plan("smoke", ["listops"], ["gla", "vanilla"], [0], str(tmp_path), sets)

@@ -136,8 +136,8 @@ def plan(protocol: str, task_names: Sequence[str], attention_names: Sequence[str
   skipped because the protocol has no config."""
   cells, skipped, keys = [], [], set()
   for task in task_names:
-    try:
-      config_lib.load_config(protocol, task, overrides)
+    try:  # with the grid's first attention: an attention option (model.attention_kwargs.*) is its own
+      config_lib.load_config(protocol, task, overrides, attention=attention_names[0] if attention_names else None)
     except config_lib.ConfigError as err:
       if "has no config for task" not in str(err):
         raise config_lib.ConfigError(f"task {task} (each --set applies to every task): {err}") from None
