@@ -65,10 +65,27 @@ EXCLUDED = {
 }
 
 
+# The modern layers that train faster on a CPU in their token-by-token form (``mode="recurrent"``, a
+# ``lax.scan``; the same function as the default chunked form, which is the one for accelerators: 4-28x
+# faster than the scan on an H200, reports/gpu_nvidia-h200/modern_layers). Measured on this project's
+# 2-core CPU (2026-12-04, `lra-bench bench --mode core`, one XLA thread, under load), forward + backward
+# of the layer, chunk / recurrent time: at this protocol's shape (batch 32, 128 tokens, width 32) deltanet
+# 6.2x, gla 2.8x, mamba2 1.6x (and 100 s of compiling against 13 s); at MQAR's (batch 64, 64 tokens, width
+# 64) mamba 7.0x, rwkv7 3.7x, kda 1.5x, rg_lru 1.5x, deltanet 1.5x, hgrn2 1.2x, rwkv6 1.2x. Not here: retnet
+# (1.0x) and mlstm (0.5x: its chunk form is the faster one on a CPU too). gated_deltanet runs deltanet's
+# engine with a gate (not timed apart).
+RECURRENT_ON_CPU = frozenset({"mamba2", "gated_deltanet", "gla", "deltanet", "rwkv7", "mamba", "rg_lru",
+                              "hgrn2", "kda", "rwkv6"})
+
+
 def attention_settings(config: ml_collections.ConfigDict) -> dict:
   """A sequence mixer whose default runs one way (``lru``) runs bidirectional here, as every attention
-  of this encoder sees the whole sequence (and the CLS vector, the first position, needs it)."""
-  return _sequence_models.encoder_settings(config)
+  of this encoder sees the whole sequence (and the CLS vector, the first position, needs it); the modern
+  layers of ``RECURRENT_ON_CPU`` run their token-by-token form, the faster one on a CPU."""
+  settings = _sequence_models.encoder_settings(config)
+  if config.model.attention in RECURRENT_ON_CPU:
+    settings["model.attention_kwargs.mode"] = "recurrent"
+  return settings
 
 
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:

@@ -262,3 +262,18 @@ def test_param_groups_set_each_parameters_rate_and_decay():
   updates, _ = tx.update(jax.tree_util.tree_map(jnp.zeros_like, params), tx.init(params), params)
   moved = {k: float(v[0]) for k, v in updates["mixer"].items()}
   assert moved == pytest.approx({"C": -0.01 * 0.5, "ssm_A": 0.0, "D": -0.1 * 0.5, "bias": 0.0})
+
+
+def test_cpu_runs_the_modern_layers_in_their_faster_form_on_a_cpu():
+  """The `cpu` protocol trains the layers of RECURRENT_ON_CPU token by token (the same function, faster on a
+  CPU), mlstm and retnet in their default chunked form, and the Transformer cores as they are."""
+  import dataclasses
+
+  import attention_zoo
+  from configs import cpu
+
+  for name in cpu.RECURRENT_ON_CPU:
+    assert "mode" in {f.name for f in dataclasses.fields(attention_zoo.layer_config(name))}, name
+    assert config_lib.load_config("cpu", "listops", attention=name).model.attention_kwargs.mode == "recurrent"
+  for name in ("mlstm", "retnet", "vanilla", "s4d"):
+    assert "mode" not in config_lib.load_config("cpu", "listops", attention=name).model.attention_kwargs, name
