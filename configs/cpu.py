@@ -1,5 +1,6 @@
 """The CPU study protocol: what `./run_all.sh` runs by default on a laptop (2 cores, every registered
-attention, 15 min 37 s with the scaling benchmark on a fresh clone, measured; 27 min on a slower host).
+attention, 15 min 37 s with the scaling benchmark on a fresh clone, measured before the twelve modern layers;
+27 min on a slower host; docs/cpu_protocol.md).
 Unlike ``smoke`` (the plumbing check: a minute per cell, accuracies that mean nothing), its accuracies
 are meant to be read: on ListOps the exact Transformer ends well above the majority class and far above
 a model that cannot use token order.
