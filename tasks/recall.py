@@ -26,7 +26,6 @@ the command that does.
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import math
 import os
@@ -385,10 +384,8 @@ class _RecallTask(Task):
         np.savez(os.path.join(tmp_dir, os.path.basename(path)), **arrays[split])
       meta[checksums.KEY] = {os.path.basename(path): sha256(os.path.join(tmp_dir, os.path.basename(path)))
                              for path in paths.values()}
-      with open(os.path.join(tmp_dir, os.path.basename(meta_path)), "w") as f:
-        f.write(json.dumps(meta, indent=1) + "\n")
-        f.flush()
-        os.fsync(f.fileno())  # on disk before it marks the data complete
+      # fsynced by write_json: on disk before it marks the data complete
+      checksums.write_json(os.path.join(tmp_dir, os.path.basename(meta_path)), meta)
       for path in paths.values():
         os.replace(os.path.join(tmp_dir, os.path.basename(path)), path)
       os.replace(os.path.join(tmp_dir, os.path.basename(meta_path)), meta_path)  # last: marks the data complete
