@@ -15,11 +15,12 @@ rg_lru share theirs: :func:`block_agree`, :func:`block_same`); what is the same 
   end or inside a row), :func:`check_causal` (the outputs before a changed future stay), and the computations
   under them (:func:`chunk_and_recurrent`, :func:`padding_removed`, :func:`future_changed`) for a file that
   compares more;
-- the conformance kit, the comparisons (:func:`close`, :func:`assert_within`, :func:`rel_err`) and the float64
+- the comparisons (:func:`close`, :func:`assert_within`, :func:`rel_err`) and the float64
   numpy pieces several references use (activations, norms, fla's short convolution, fla's GLA recurrence and
   gated output, RWKV's token shift and ``ln_x``, the backward half of the bidirectional delta rule).
 
-Float64: the ``x64`` fixture of tests/conftest.py.
+Float64: the ``x64`` fixture of tests/conftest.py. The conformance kit (``lra_bench.testing``) is not run here:
+tests/test_attention_registry.py runs each of its checks on every registered layer, these included.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import pytest
 
 import attention_zoo
 
-# ---------------------------------------------------------------- inputs, comparisons, the kit
+# ---------------------------------------------------------------- inputs, comparisons
 
 
 def rows(seed, batch, length, d):
@@ -65,16 +66,6 @@ def rel_err(a, b):
   """max |a − b| / max |b|."""
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
-
-
-def conformance(name):
-  """The repository's conformance kit on mixer ``name`` (``lra_bench.testing``; ``lra_bench.mixer_testing``
-  before the kits merged)."""
-  try:
-    from lra_bench.testing import assert_conformant
-  except ImportError:
-    from lra_bench.mixer_testing import assert_conformant
-  assert_conformant(name)
 
 
 # ---------------------------------------------------------------- building and running a layer
@@ -377,7 +368,7 @@ def engine_outputs(name, overrides, make_variables, seed, length=ENGINE_LENGTH, 
 class EngineContract:
   """gla, retnet, hgrn2, mamba2 on the engine (float64, d_model 16, the chunked form with chunks of 4): the
   bidirectional layer against the file's full-matrix form; mode "chunk" against mode "recurrent" (outputs and
-  gradients, both directions); padding at the end and inside a row; causality; the conformance kit.
+  gradients, both directions); padding at the end and inside a row; causality.
 
   A file sets ``name``, ``agree``, ``make_variables(mixer, x)`` (its initialisation, e.g. perturbed parameters)
   and ``bidirectional_reference(params, x, config)`` (its float64 transcription, no padding).
@@ -424,9 +415,6 @@ class EngineContract:
     check_causal(lambda z: apply(mixer, variables, z), x, 7, seed=7, past_atol=1e-14,
                  bidirectional=lambda z: apply(bidirectional, variables, z))
 
-  def test_conformance_kit(self):
-    conformance(self.name)
-
 
 DELTA_LENGTH = 13  # one shape [2, 13, D] for most calls: op-by-op execution compiles each op once per shape
 
@@ -447,8 +435,8 @@ def delta_outputs(name, mode, d=16, **overrides):
 
 class DeltaContract:
   """deltanet, gated_deltanet, kda (float64, d_model 16, op by op, the layer's own initialisation): mode "chunk"
-  against mode "recurrent" (outputs and gradients), padding at the end and in the middle, causality, the
-  conformance kit. A file sets ``name``, ``agree`` and ``overrides`` (its config for every check)."""
+  against mode "recurrent" (outputs and gradients), padding at the end and in the middle, causality. A file sets
+  ``name``, ``agree`` and ``overrides`` (its config for every check)."""
 
   name: str
   overrides: dict
@@ -487,14 +475,11 @@ class DeltaContract:
     check_causal(lambda z: causal.apply(variables, z, ones_mask(z)), x, 7, seed=6,
                  bidirectional=lambda z: bidirectional.apply(variables, z, ones_mask(z)))
 
-  def test_conformance(self):
-    conformance(self.name)
-
 
 class RWKVContract:
   """rwkv6, rwkv7 (float64, d_model 16, parameters perturbed off their init: :func:`perturbed_layer`): the layer
   against the file's reference, causal and bidirectional; mode "chunk" against mode "recurrent" (outputs and
-  gradients); padding at the end and in the middle; causality; the state size; the conformance kit. A file sets
+  gradients); padding at the end and in the middle; causality; the state size. A file sets
   ``name``, ``agree`` and ``reference(params, x, head_dim, causal)`` (its float64 transcription, no padding)."""
 
   name: str
@@ -544,9 +529,6 @@ class RWKVContract:
     assert config.state_size(10, 16) == 1 * 16 * 16 + 16  # one head of 16
     assert config.state_size(10, 100) == 100 * 100 + 100  # 64 does not divide 100: one head of 100
     assert attention_zoo.mixer_config(self.name, head_dim=8).state_size(5, 64) == 8 * 8 * 8 + 64
-
-  def test_conformance(self):
-    conformance(self.name)
 
 
 def block_inputs(seed, batch, length, d=16):

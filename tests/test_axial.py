@@ -50,9 +50,3 @@ def test_union_counts_self_once(x64):
   p = effective_matrix(create("axial"), zeros, zeros)[0]
   same_row, same_col = row_col_masks(36, 6)
   np.testing.assert_allclose(p, (same_row | same_col) / 11.0, rtol=1e-12, atol=1e-15)
-
-
-def test_bfloat16_inputs_stay_finite():
-  q, k, v = random_qkv(5, 2, 40, 2, 16, 8, dtype=jnp.bfloat16, scale=4.0)
-  out = run_core(create("axial"), q, k, v, padded_mask(2, 40, 7))
-  assert out.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(out, np.float32)))

@@ -236,15 +236,6 @@ def test_learnable_centroids_update_only_when_mutable():
   np.testing.assert_allclose(np.asarray(frozen), np.asarray(out), rtol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["combiner_fixed", "combiner_logsparse", "combiner_axial_vertical",
-                                  "combiner_axial_horizontal", "combiner_axial_rowmajor",
-                                  "combiner_mixture", "combiner_learnable"])
-def test_bfloat16_inputs(name):
-  q, k, v = random_qkv(8, 1, 24, 2, 8, 4, dtype=jnp.bfloat16, scale=3.0)
-  out, _ = init_and_apply(create(name), q, k, v)
-  assert out.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(out, np.float32)))
-
-
 def test_unknown_options_are_rejected():
   q, k, v = random_qkv(0, 1, 16, 1, 4, 4)
   for name, overrides in [("combiner_fixed", {"abstraction": "median"}), ("combiner_fixed", {"direct": "x"}),

@@ -62,9 +62,3 @@ def test_causal_raises():
   q, k, v = random_qkv(5, 1, 16, 1, 4, 4)
   with pytest.raises(NotImplementedError, match="causal"):
     run_core(create("fnet", causal=True), q, k, v)
-
-
-def test_bfloat16_inputs_keep_their_dtype():
-  q, k, v = random_qkv(6, 2, 40, 2, 8, 8, dtype=jnp.bfloat16, scale=4.0)
-  out = run_core(create("fnet"), q, k, v, end_and_middle_mask(2, 40))
-  assert out.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(out, np.float32)))

@@ -2,11 +2,11 @@
 fla's token-by-token reference (``fla/ops/delta_rule/naive.py`` ``delta_rule_recurrence``) built from the
 module's own parameters, causal and bidirectional; mode "chunk" against mode "recurrent" (outputs and
 gradients); padding at the end and in the middle of a row against the row with its padding removed; causality;
-``state_size``; the conformance kit.
+``state_size``.
 
 The numpy pieces (short convolution, norms, the bidirectional backward pass) and the checks' inputs are shared
 with tests/test_mixer_gated_deltanet.py and tests/test_mixer_kda.py through tests/mixer_forms.py.
-"""
+The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 

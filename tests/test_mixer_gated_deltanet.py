@@ -2,8 +2,9 @@
 transcription of fla's token-by-token reference (``fla/ops/gated_delta_rule/naive.py``
 ``naive_recurrent_gated_delta_rule``, with ``fla/ops/gated_delta_rule/gate.py`` ``naive_gdn_gate``) built from
 the module's own parameters, causal and bidirectional; mode "chunk" against mode "recurrent" (outputs and
-gradients); padding at the end and in the middle; causality; heads, initialisation and ``state_size``; the
-conformance kit. Shared numpy pieces and checks: tests/mixer_forms.py."""
+gradients); padding at the end and in the middle; causality; heads, initialisation and ``state_size``.
+Shared numpy pieces and checks: tests/mixer_forms.py.
+The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """GLA mixer (attention_zoo/mixers/gla.py), float64 and tiny: the whole layer against a numpy transcription of fla's
 ``naive_recurrent_gla`` (fla/ops/gla/naive.py) built from the module's own parameters (causal) and against the
 full-matrix bidirectional form (forward + backward − diagonal); mode "chunk" against mode "recurrent" (outputs and
-gradients, both directions); padding at the end and inside a row; causality; ``state_size``; the conformance kit."""
+gradients, both directions); padding at the end and inside a row; causality; ``state_size``.
+The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ fla's ``HGRN2Attention`` gates (fla/layers/hgrn2.py) and of ``naive_recurrent_gl
 HGRN2 runs on; in tests/mixer_forms.py) built from the module's own parameters (causal; with and without a lower
 bound), and against the full-matrix bidirectional form (forward + backward − diagonal); mode "chunk" against mode
 "recurrent" (outputs and gradients, both directions); padding at the end and inside a row; causality;
-``state_size``; the conformance kit."""
+``state_size``. The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 

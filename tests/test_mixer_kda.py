@@ -2,7 +2,8 @@
 token-by-token reference (``fla/ops/kda/naive.py`` ``naive_recurrent_kda``, with ``fla/ops/kda/gate.py``
 ``naive_kda_gate``) built from the module's own parameters, causal and bidirectional; mode "chunk" against mode
 "recurrent" (outputs and gradients); padding at the end and in the middle; causality; heads, parameter shapes
-and ``state_size``; the conformance kit. Shared numpy pieces and checks: tests/mixer_forms.py."""
+and ``state_size``. Shared numpy pieces and checks: tests/mixer_forms.py.
+The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Mamba mixer (attention_zoo/mixers/mamba.py): the whole block against a float64 numpy transcription of
 ``state-spaces/mamba`` (``Mamba.forward``'s reference path and ``selective_scan_ref``; Vim's "v2" block for
 the bidirectional form), mode="chunk" against mode="recurrent" (outputs and gradients), padding at the
-end and in the middle, causality, the initialisation, ``state_size`` and the conformance kit."""
+end and in the middle, causality, the initialisation and ``state_size``.
+The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 
@@ -155,7 +156,3 @@ def test_unknown_mode_is_an_error():
   x = jnp.zeros((1, 3, D_MODEL))
   with pytest.raises(ValueError, match="mode"):
     attention_zoo.create_mixer("mamba", mode="fast").lazy_init(jax.random.PRNGKey(0), x, jnp.ones((1, 3), bool))
-
-
-def test_conformance():
-  forms.conformance("mamba")

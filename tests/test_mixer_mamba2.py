@@ -3,7 +3,8 @@ mamba_ssm's token-by-token ``Mamba2.step`` (mamba_ssm/modules/mamba2.py: the rol
 SSM update, D skip, gated RMSNorm) and of ``ssd_minimal_discrete`` (mamba_ssm/modules/ssd_minimal.py, the chunked SSD
 form) built from the module's own parameters (causal), and against the full-matrix bidirectional form; mode "chunk"
 against mode "recurrent" (outputs and gradients, both directions); padding at the end and inside a row (the short
-convolution included); causality; ``state_size``; the initialisation; the conformance kit."""
+convolution included); causality; ``state_size``; the initialisation.
+The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """mLSTM mixer (attention_zoo/mixers/mlstm.py): the whole layer against a float64 numpy transcription of
 NX-AI/xlstm's mLSTM layer built on its token-by-token ``recurrent_step_stabilized_simple`` (and its
 ``parallel_stabilized_simple``), chunk == recurrent (outputs and gradients, causal and bidirectional),
-padding at the end and in the middle, causality, the initialisation, ``state_size`` and the conformance kit."""
+padding at the end and in the middle, causality, the initialisation and ``state_size``.
+The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 
@@ -274,8 +275,3 @@ def test_registry_entry():
   assert config.chunk_size == 64 and config.eps == 1e-6 and type(config).family == "linear-recurrent"
   assert registry.layer_kind("mlstm") == "mixer" and registry.layer_family("mlstm") == "linear-recurrent"
   assert type(config).paper_name == "xLSTM"
-
-
-def test_conformance_kit():
-  """(6) the repository's conformance kit."""
-  forms.conformance("mlstm")

@@ -2,7 +2,8 @@
 fla's ``naive_retention`` (fla/ops/retention/naive.py, the parallel form with the decay matrix) and of fla's RoPE
 (``rotary_embedding_ref``, rotate-half) built from the module's own parameters (causal), and against the same form
 with a symmetric decay matrix γ^|i−j| (bidirectional); mode "chunk" against mode "recurrent" (outputs and gradients,
-both directions); padding at the end and inside a row; causality; ``state_size``; the conformance kit."""
+both directions); padding at the end and inside a row; causality; ``state_size``.
+The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 

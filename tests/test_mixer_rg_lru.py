@@ -2,7 +2,7 @@
 transcription of ``google-deepmind/recurrentgemma`` (``RecurrentBlock``, ``Conv1D``, ``RGLRU``,
 ``BlockDiagonalLinear``, the linear scan ``lru_linear_scan``), mode="chunk" against mode="recurrent"
 (outputs and gradients), padding at the end and in the middle, causality, the initialisation, the gate
-block count, the bounded √ gradient, ``state_size`` and the conformance kit."""
+block count, the bounded √ gradient and ``state_size``. The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 
@@ -186,7 +186,3 @@ def test_unknown_mode_is_an_error():
   x = jnp.zeros((1, 3, D_MODEL))
   with pytest.raises(ValueError, match="mode"):
     attention_zoo.create_mixer("rg_lru", mode="fast").lazy_init(jax.random.PRNGKey(0), x, jnp.ones((1, 3), bool))
-
-
-def test_conformance():
-  forms.conformance("rg_lru")

@@ -1,8 +1,8 @@
 """RWKV-6 mixer (attention_zoo/mixers/rwkv6.py): the whole layer against a float64 numpy transcription of
 RWKV-LM's ``RWKV_Tmix_x060.forward`` around fla's ``naive_recurrent_rwkv6`` loop (causal) and Vision-RWKV-6's
 Bi-WKV loop (bidirectional), built from the layer's own parameters; chunk == recurrent (outputs and
-gradients); padding at the end and in the middle; causality; the state size; the initial values; the
-conformance kit."""
+gradients); padding at the end and in the middle; causality; the state size; the initial values.
+The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 RWKV-LM's ``RWKV_Tmix_x070`` ("slow pytorch version" lines) around fla's ``dplr_recurrence`` loop and RWKV-LM's
 ``wkv7`` kernel loop (causal; the two loops also against each other), and bidirectional (the fla loop over the
 row plus over the reversed row, minus token t's own write); chunk == recurrent (outputs and gradients);
-padding at the end and in the middle; causality; the state size; the initial values; the conformance kit."""
+padding at the end and in the middle; causality; the state size; the initial values.
+The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 

@@ -217,9 +217,10 @@ def test_causal_ignores_the_future(x64):
   assert attention_zoo.mixer_config("s5", d_state=8, blocks=2, conj_sym=False).state_size(1, 1) == 16
 
 
-@pytest.mark.parametrize("activation", ["half_glu1", "full_glu"])
-def test_gradients_jit_bfloat16_and_registry(activation):
-  model = make(activation=activation)
+def test_gradients_jit_bfloat16_and_registry():
+  """full_glu (its out1 map too); the default activation (half_glu1) is the conformance kit's ``gradients``,
+  ``jit`` and ``bfloat16`` checks (tests/test_attention_registry.py)."""
+  model = make(activation="full_glu")
   x = random_x(9, dtype=jnp.float32)
   mask = np.ones((2, L), bool)
   mask[1, 6:] = False
