@@ -11,6 +11,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import attention_zoo
 from attention_zoo.mixers.gla import GLAConfig
@@ -32,9 +33,10 @@ def reference_layer(params, x, cfg: GLAConfig, causal=True):
   batch, length, d = x.shape
   heads, kd, vd = cfg.dims(d)
   split = lambda z, n: z.reshape(batch, length, heads, n)
-  q = split(x @ p["q_proj"]["kernel"], kd)
-  k = split(x @ p["k_proj"]["kernel"], kd)
-  v = split(x @ p["v_proj"]["kernel"], vd)
+  qkv = [x @ p[f"{n}_proj"]["kernel"] for n in "qkv"]
+  if cfg.use_short_conv:  # fla's ShortConvolution (SiLU) on each projection
+    qkv = [forms.fla_short_conv(z, p[f"{n}_conv1d"]["kernel"]) for n, z in zip("qkv", qkv)]
+  q, k, v = split(qkv[0], kd), split(qkv[1], kd), split(qkv[2], vd)
   gk = (x @ p["gk_proj_0"]["kernel"]) @ p["gk_proj_1"]["kernel"] + p["gk_proj_1"]["bias"]
   gk = forms.log_sigmoid(split(gk, kd)) / cfg.gate_logit_normalizer
   o = forms.naive_recurrent_gla(q, k, v, gk) if causal else forms.bidirectional_gla(q, k, v, gk)
@@ -56,6 +58,23 @@ def test_layer_matches_fla_naive_recurrent(x64):
   _close(out, reference_layer(params, x, cfg, causal=True))
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_short_convolution_option_matches_reference_and_ignores_padding(x64, causal):
+  """``use_short_conv=True`` (fla's option): the layer equals the transcription with fla's ShortConvolution on
+  q, k, v; row 0 padded inside and at its end (its padded positions 50·N(0, 1)) equals the row without them."""
+  overrides = {**(CAUSAL if causal else forms.ENGINE_BIDIR), "use_short_conv": True}
+  out, params, x, cfg = forms.engine_outputs(NAME, overrides, _init, seed=2)
+  assert {"q_conv1d", "k_conv1d", "v_conv1d"} <= set(params)
+  _close(out, reference_layer(params, x, cfg, causal=causal))
+  mixer = attention_zoo.create_mixer(NAME, **overrides)
+  variables = _init(mixer, x)
+  mask = np.ones((2, LENGTH), bool)
+  mask[0, [3, 4, 12, 13]] = False
+  noisy = np.array(x)
+  noisy[0, [3, 4, 12, 13]] = 50.0 * forms.rows(5, 1, 4, D)[0]
+  forms.check_padding_removed(lambda z, m: forms.apply(mixer, variables, z, m), noisy, mask, _close)
+
+
 def test_state_size_and_head_derivation():
   cfg = attention_zoo.mixer_config(NAME)
   # d_model 64: key dim 32, value dim 64, 4 heads of K 8, V 16 -> 4·8·16
@@ -65,6 +84,8 @@ def test_state_size_and_head_derivation():
   assert cfg.dims(24) == (4, 3, 6)                        # 12 and 24 split into 4 heads
   assert cfg.dims(20) == (2, 5, 10)                       # 10 and 20: 4 does not divide 10, 2 does
   assert GLAConfig(num_heads=3).dims(16) == (2, 4, 8)
+  # with fla's short convolutions: + the last W - 1 = 3 inputs of q, k (32 channels each) and v (64)
+  assert GLAConfig(use_short_conv=True).state_size(1000, 64) == 4 * 8 * 16 + 3 * (32 + 32 + 64)
 
 
 def test_initialisation_follows_fla_models(x64):

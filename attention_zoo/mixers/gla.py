@@ -46,15 +46,20 @@ Differences from the original:
   positions; fla unpads through ``cu_seqlens``, which gives the same outputs at real positions.
 - ``num_heads`` is a maximum (derived to divide, above); fla asserts divisibility.
 - Dropout: fla's layer has none; ``config.dropout_rate`` is applied to the layer's output only.
-- Left out: fla's options ``num_kv_heads`` (grouped heads), ``feature_map``, ``use_short_conv``, a non-swish
+- ``use_short_conv`` (off, as fla's default): with it the rows are packed (real tokens first, in order, as
+  fla's unpadding) so each window holds the previous real tokens; the convolutions stay causal when
+  ``causal=False`` (as the DeltaNet family's here). Parameters ``q_conv1d``/``k_conv1d``/``v_conv1d`` N(0, 0.02²)
+  (fla's ``_init_weights`` covers ``nn.Conv1d``), kept in float32.
+- Left out: fla's options ``num_kv_heads`` (grouped heads), ``feature_map``, a non-swish
   ``gate_fn`` / ``fuse_norm=False`` (same function for swish), and the GPT-2 style ``prenorm_residual_strategy``
   rescaling of ``o_proj`` (a model-level option, off by default in fla's configs).
 - Parameters are created in the compute dtype (float32; float64 for float64 inputs).
 - Initialisation uses fla's model-level ``_init_weights`` (N(0, 0.02²)); a bare fla layer would keep PyTorch's
   default Linear init.
 
-State for causal generation (``state_size``): H·K·V floats per example and layer (no short convolution); with
-the defaults H·(D/2H)·(D/H) = D²/(2H) (H = 4 at widths divisible by 8).
+State for causal generation (``state_size``): H·K·V floats per example and layer; with the defaults
+H·(D/2H)·(D/H) = D²/(2H) (H = 4 at widths divisible by 8); with ``use_short_conv`` also the convolutions' last
+W − 1 inputs, (W − 1)·H·(2K + V).
 """
 
 from __future__ import annotations
@@ -66,13 +71,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo.mixers._layer_common import (HeadStatesSize, check_mode, common_heads, finish, fla_gated_output,
-                                                fla_heads, fla_linear, layer_input, recurrence)
+from attention_zoo.mixers._layer_common import (QKVConvStateSize, ShortConvolution, check_mode, common_heads, finish,
+                                                fla_gated_output, fla_heads, fla_linear, gather, layer_input, pack,
+                                                recurrence)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
-class GLAConfig(HeadStatesSize, MixerConfig):
+class GLAConfig(QKVConvStateSize, MixerConfig):
   """GLA options (defaults: fla ``fla/layers/gla.py`` ``GatedLinearAttention``).
 
   Attributes:
@@ -83,6 +89,8 @@ class GLAConfig(HeadStatesSize, MixerConfig):
     gate_low_rank_dim: R, the rank of the gate projection D -> R -> H·K.
     clamp_min: if set, log α is clamped from below to this (fla's ``clamp_min``).
     use_output_gate: RMSNorm ⊙ swish(W_g x) (True) or RMSNorm only.
+    use_short_conv, conv_size, conv_bias: fla's optional causal depthwise convolutions (then SiLU) on q, k, v
+      (off by default, as fla's layer).
     norm_eps: the RMSNorm's epsilon.
     mode: "chunk" (chunked-parallel, training default) or "recurrent" (token-by-token scan, the reference).
     chunk_size: the chunk length of mode "chunk".
@@ -95,6 +103,9 @@ class GLAConfig(HeadStatesSize, MixerConfig):
   gate_low_rank_dim: int = 16
   clamp_min: float | None = None
   use_output_gate: bool = True
+  use_short_conv: bool = False
+  conv_size: int = 4
+  conv_bias: bool = False
   norm_eps: float = 1e-5
   mode: str = "chunk"
   chunk_size: int = 64
@@ -104,8 +115,8 @@ class GLAConfig(HeadStatesSize, MixerConfig):
 
   def __post_init__(self):
     check_mode("GLA", self.mode)
-    if self.num_heads < 1 or self.chunk_size < 1 or self.gate_low_rank_dim < 1:
-      raise ValueError("GLA: num_heads, chunk_size and gate_low_rank_dim must be positive")
+    if self.num_heads < 1 or self.chunk_size < 1 or self.gate_low_rank_dim < 1 or self.conv_size < 1:
+      raise ValueError("GLA: num_heads, chunk_size, gate_low_rank_dim and conv_size must be positive")
 
   def dims(self, d_model: int) -> tuple[int, int, int]:
     """(H, K, V): heads and per-head key / value dims at width ``d_model``."""
@@ -127,14 +138,23 @@ class GLA(nn.Module):
     batch, length, d_model = x.shape
     heads, k_dim, v_dim = cfg.dims(d_model)
     dtype, mask, u = layer_input(x, mask)
+    if cfg.use_short_conv:  # real tokens first, so each window holds the previous real tokens (as fla's unpadding)
+      u, real, dest = pack(u, mask)
+    else:
+      real = mask
 
     q, k, v = fla_heads(u, dtype, heads, q_proj=k_dim, k_proj=k_dim, v_proj=v_dim)   # [B, L, H, K|K|V]
+    if cfg.use_short_conv:
+      q, k, v = (ShortConvolution(cfg.conv_size, cfg.conv_bias, name=f"{name}_conv1d")(z.reshape(batch, length, -1))
+                 .reshape(z.shape) for name, z in (("q", q), ("k", k), ("v", v)))
     gk = fla_linear(cfg.gate_low_rank_dim, "gk_proj_0", dtype)(u)
     gk = fla_linear(heads * k_dim, "gk_proj_1", dtype, use_bias=True)(gk).reshape(batch, length, heads, k_dim)
     log_decay = jax.nn.log_sigmoid(gk) / cfg.gate_logit_normalizer
     if cfg.clamp_min is not None:
       log_decay = jnp.maximum(log_decay, cfg.clamp_min)
 
-    o = recurrence(cfg, q * k_dim ** -0.5, k, v, mask, log_decay=log_decay)                   # [B, L, H, V]
+    o = recurrence(cfg, q * k_dim ** -0.5, k, v, real, log_decay=log_decay)                   # [B, L, H, V]
     y = fla_gated_output(self, o, u, d_model, dtype, cfg.norm_eps, cfg.use_output_gate)
+    if cfg.use_short_conv:
+      y = gather(y, dest)
     return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)
