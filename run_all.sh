@@ -3,7 +3,7 @@
 # every registered attention on every task of the protocol that has data, run the efficiency benchmark,
 # and write the report (tables, plots, index.md).
 #
-#   ./run_all.sh                       # cpu protocol + the core scaling sweep (2-core CPU: 16-27 minutes)
+#   ./run_all.sh                       # cpu protocol + the core scaling sweep (2-core CPU: about 20 minutes)
 #   ./run_all.sh --protocol smoke      # the plumbing check (every task, tiny, accuracies meaningless)
 #   ./run_all.sh --protocol lra        # the real LRA configs and the LRA Table 2 benchmark (accelerators)
 #
@@ -29,9 +29,9 @@
 # protocol's seeds, a fresh results folder) compiles little.
 #
 # Benchmark: on `cpu` every registered attention's core alone (forward + backward at the LRA Text
-# model's 4 heads x 64, batch 1, attention dropout off as in the cpu protocol's training) is timed at
-# 256, 512, 1024, 2048 and 4096 tokens, so the report has a slope and a crossover length for every
-# attention; on `smoke` the whole LRA Table 2 model at length 256
+# model's 4 heads x 64, batch 1, attention dropout off as in the cpu protocol's training; a sequence mixer
+# in the form the cpu protocol trains it, --kwargs_of cpu) is timed at 256, 1024 and 4096 tokens, so the
+# report has a slope and a crossover length for every attention; on `smoke` the whole LRA Table 2 model at length 256
 # (batch 1); any other protocol sweeps the whole model at 1K..16K with batch 32 and 10 timed steps,
 # each point in a fresh process, as LRA Table 2. The benchmark runs after the suite, alone on the CPU.
 set -euo pipefail
@@ -186,8 +186,12 @@ if [ "$BENCH" = 1 ]; then
     # dropout is off: the method's arithmetic is what is timed. With LRA's 0.1 the mask's random bits
     # (JAX's threefry) doubled some cores' step and made half of the sweep's compiling (all 46 cores at
     # 1024 tokens, one process: 178 s with dropout, 108 s without; docs/cpu_protocol.md).
-    BENCH_CMD=($LRA_BENCH bench --mode "${BENCH_MODE:-core}" --lengths "${LENGTHS:-256,512,1024,2048,4096}" --noisolate
+    # Three lengths a factor 4 apart (with 512 and 2048 too the sweep took 619 s of a 27-minute run).
+    BENCH_CMD=($LRA_BENCH bench --mode "${BENCH_MODE:-core}" --lengths "${LENGTHS:-256,1024,4096}" --noisolate
                --batch_size 1 --repeats 3 --warmup_steps 1 --set model.attention_dropout_rate=0.0)
+    # each layer timed in the form the cpu suite trains it: most modern recurrences token by token
+    # (configs/cpu.py RECURRENT_ON_CPU; mamba and rwkv7 in chunk form took 2.5x the wall time per point)
+    [ "$PROTOCOL" = cpu ] && BENCH_CMD+=(--kwargs_of cpu)
   elif [ "$PROTOCOL" = smoke ]; then
     BENCH_CMD=($LRA_BENCH bench --mode "${BENCH_MODE:-train}" --lengths "${LENGTHS:-256}" --noisolate --batch_size 1
                --repeats 3 --warmup_steps 1)

@@ -68,15 +68,18 @@ EXCLUDED = {
 
 # The modern layers that train faster on a CPU in their token-by-token form (``mode="recurrent"``, a
 # ``lax.scan``; the same function as the default chunked form, which is the one for accelerators: 4-28x
-# faster than the scan on an H200, reports/gpu_nvidia-h200/modern_layers). Measured on this project's
-# 2-core CPU (2026-12-04, `lra-bench bench --mode core`, one XLA thread, under load), forward + backward
-# of the layer, chunk / recurrent time: at this protocol's shape (batch 32, 128 tokens, width 32) deltanet
-# 6.2x, gla 2.8x, mamba2 1.6x (and 100 s of compiling against 13 s); at MQAR's (batch 64, 64 tokens, width
-# 64) mamba 7.0x, rwkv7 3.7x, kda 1.5x, rg_lru 1.5x, deltanet 1.5x, hgrn2 1.2x, rwkv6 1.2x. Not here: retnet
-# (1.0x) and mlstm (0.5x: its chunk form is the faster one on a CPU too). gated_deltanet runs deltanet's
-# engine with a gate (not timed apart).
-RECURRENT_ON_CPU = frozenset({"mamba2", "gated_deltanet", "gla", "deltanet", "rwkv7", "mamba", "rg_lru",
-                              "hgrn2", "kda", "rwkv6"})
+# faster than the scan on an H200, reports/gpu_nvidia-h200/modern_layers). Chosen by the ListOps cell of this
+# protocol, both forms back to back on this project's 2-core CPU, idle, one XLA thread (2026-12-04,
+# `lra-bench suite --protocol cpu --tasks listops --attentions mamba2,gated_deltanet,retnet --set
+# model.attention_kwargs.mode=chunk`, then `=recurrent`): cell wall time chunk / recurrent retnet 27 / 13 s,
+# gated_deltanet 46 / 34 s, mamba2 31 / 67 s (so mamba2 keeps its chunked form). The layer alone, forward +
+# backward at this protocol's shape (batch 32, 128 tokens, width 32, bidirectional; `lra-bench bench --mode
+# core --kwargs_of cpu --lengths 128 --batch_size 32 --set model.emb_dim=32 --set model.qkv_dim=32 --set
+# model.num_heads=2 --set model.attention_kwargs.mode=...`), chunk / recurrent time: deltanet 5.6x, gla 3.9x,
+# mamba 3.7x, rwkv7 3.1x, kda 2.1x, retnet 1.8x, rg_lru 1.3x, rwkv6 1.15x, hgrn2 1.06x (1.4x at 256 tokens);
+# the chunked form faster: mlstm 0.91x, gated_deltanet 0.75x (its cell, above, is not), mamba2 0.24x.
+RECURRENT_ON_CPU = frozenset({"gated_deltanet", "gla", "deltanet", "rwkv7", "mamba", "rg_lru", "hgrn2", "kda",
+                              "rwkv6", "retnet"})
 
 
 def attention_settings(config: ml_collections.ConfigDict) -> dict:

@@ -441,6 +441,9 @@ def _add_bench(commands, common) -> None:
   p.add_argument("--workers", type=int_at_least(1), default=1, help="processes side by side, the attentions "
                  "dealt to them in turn (each logs to <results_dir>/bench_worker<k>.log; this one shows the "
                  "progress of all)")
+  p.add_argument("--kwargs_of", metavar="PROTOCOL", help="time each layer in the form PROTOCOL trains it: "
+                 "its attention_kwargs from that protocol's attention_settings (cpu: the modern recurrences' "
+                 "token-by-token form)")
   p.add_argument("--results_dir", type=output_dir, required=True, help="records go to results.jsonl here")
   _add_overrides(p, "every point")
 
@@ -667,7 +670,8 @@ def _bench(args: argparse.Namespace) -> str:
                             batch_size=args.batch_size, mode=args.mode, warmup_steps=args.warmup_steps,
                             repeats=args.repeats, compile_only=args.compile_only,
                             compile_only_from=args.compile_only_from, timeout_s=args.timeout,
-                            isolate=args.isolate, overrides=args.set, workers=args.workers)
+                            isolate=args.isolate, overrides=args.set, workers=args.workers,
+                            kwargs_of=args.kwargs_of)
   return "\n".join(summary.lines())
 
 

@@ -194,6 +194,32 @@ def test_core_sweep_records_and_resume(tmp_path, fast_compile):
   assert again.done_before == 4 and again.counts == {}
 
 
+def test_kwargs_of_times_each_layer_in_the_form_its_protocol_trains(tmp_path, fast_compile):
+  """``kwargs_of="cpu"``: a layer of ``configs/cpu.py`` RECURRENT_ON_CPU is timed in its token-by-token form
+  (a point of its own, labelled "(recurrent)" in the report), any other layer as without it; the side-by-side
+  workers are given the flag; an unknown protocol is one clear error."""
+  from lra_bench.report import efficiency
+
+  assert bench.bench_config("mamba", 64, mode="core", kwargs_of="cpu").model.attention_kwargs.mode == "recurrent"
+  assert "mode" not in bench.bench_config("mamba", 64, mode="core").model.attention_kwargs
+  for name in ("vanilla", "lru", "mlstm"):  # not recurrent on the cpu: the encoder settings only
+    assert (bench.bench_config(name, 64, kwargs_of="cpu").model.attention_kwargs.to_dict()
+            == bench.bench_config(name, 64).model.attention_kwargs.to_dict()), name
+  with pytest.raises(ValueError, match="--kwargs_of 'nope': no such protocol"):
+    bench.bench_config("vanilla", 64, kwargs_of="nope")
+  argv = dict(lengths=[32], batch_size=1, mode="core", warmup_steps=1, repeats=1, compile_only=False,
+              compile_only_from=None, timeout_s=None, isolate=False, overrides=(), results_dir=str(tmp_path))
+  assert "--kwargs_of=cpu" in bench.worker_command(["mamba"], **argv, kwargs_of="cpu")
+  assert not any(a.startswith("--kwargs_of") for a in bench.worker_command(["mamba"], **argv))
+
+  kwargs = dict(results_dir=str(tmp_path), batch_size=1, mode="core", repeats=1, warmup_steps=0, isolate=False,
+                overrides=TINY, progress=False)
+  assert bench.run_bench([32], "rg_lru", kwargs_of="cpu", **kwargs).counts == {"ok": 1}
+  assert bench.run_bench([32], "rg_lru", **kwargs).counts == {"ok": 1}  # the other form: another point
+  labels = sorted(efficiency.point_label(r) for r in results.load_records(str(tmp_path)))
+  assert labels == ["rg_lru", "rg_lru (recurrent)"]
+
+
 def test_core_variables_are_initialised_once_per_core(fast_compile, monkeypatch):
   """A core whose variables keep their shapes across lengths (rfa: learned feature scales) is initialised
   once for the sweep; one whose variables grow with L (linformer) again at each length."""

@@ -66,8 +66,15 @@ PROTOCOL = "lra"    # ... with its LRA config (configs/lra.py: 4 layers, emb 256
 
 def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str = "train",
                  warmup_steps: int = 2, repeats: int = 10, compile_only: bool = False,
-                 device_kind: str = "", overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-  """The locked config of one point: the ``lra`` protocol's Text config at ``length`` and ``batch_size``."""
+                 device_kind: str = "", overrides: Sequence[str] = (),
+                 kwargs_of: str | None = None) -> ml_collections.ConfigDict:
+  """The locked config of one point: the ``lra`` protocol's Text config at ``length`` and ``batch_size``.
+
+  ``kwargs_of``: a protocol whose per-attention settings (its ``attention_settings``) give each layer its
+  ``model.attention_kwargs.*`` (only those: the model, its size and its training stay the benchmark's), so
+  a layer is timed in the form that protocol trains it in (``cpu``: the modern recurrences' token-by-token
+  form, ``configs/cpu.py`` ``RECURRENT_ON_CPU``). Without it, the encoder settings only (a one-way mixer
+  runs bidirectional)."""
   import ml_collections
 
   from configs import _sequence_models
@@ -75,6 +82,9 @@ def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str
 
   if mode not in MODES:
     raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+  if kwargs_of is not None and kwargs_of not in config_lib.list_protocols():
+    raise config_lib.ConfigError(f"--kwargs_of {kwargs_of!r}: no such protocol; known protocols: "
+                                 f"{', '.join(config_lib.list_protocols())}")
 
   def extend(c: ml_collections.ConfigDict) -> None:
     c.protocol = "bench"
@@ -87,8 +97,12 @@ def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str
     c.bench.compile_only = compile_only  # FLOPs and compiled memory only; no step is run
     c.bench.device_kind = device_kind    # part of the hash: a point is measured once per device kind
     _length_bound(c, length + (1 if c.model.pooling == "CLS" else 0))
-    # a one-way mixer (lru) runs bidirectional, the encoder setting of every attention timed here
-    config_lib.apply_settings(c, _sequence_models.encoder_settings(c))
+    if kwargs_of is None:
+      # a one-way mixer (lru) runs bidirectional, the encoder setting of every attention timed here
+      config_lib.apply_settings(c, _sequence_models.encoder_settings(c))
+    else:
+      settings = config_lib.protocol_settings(kwargs_of, c)
+      config_lib.apply_settings(c, {k: v for k, v in settings.items() if k.startswith("model.attention_kwargs.")})
 
   return config_lib.load_config(PROTOCOL, TASK, overrides, attention=attention, extend=extend,
                                 checks=[validate_bench])
@@ -598,13 +612,14 @@ def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequen
               results_dir: str, batch_size: int = 32, mode: str = "train", warmup_steps: int = 2,
               repeats: int = 10, compile_only: bool = False, compile_only_from: int | None = None,
               timeout_s: float | None = 600.0, isolate: bool = True, overrides: Sequence[str] = (),
-              progress: bool = True, workers: int = 1) -> BenchSummary:
+              progress: bool = True, workers: int = 1, kwargs_of: str | None = None) -> BenchSummary:
   """Measures every (attention, length) point not yet measured on this device; returns a summary.
 
   ``compile_only_from``: lengths >= this are compiled only (FLOPs and compiled memory, no timing).
   ``workers`` > 1: the attentions are dealt (in turn, in registry order) to that many ``lra-bench bench``
   processes run side by side, each logging to ``<results_dir>/bench_worker<k>.log``, and this process
   shows their progress from the records (``sweep_workers``); a SIGTERM or Ctrl-C stops them all.
+  ``kwargs_of``: time each layer in the form this protocol runs it (``bench_config``).
   """
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before this process touches a GPU
   import jax
@@ -626,7 +641,7 @@ def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequen
       only_compile = compile_only or (compile_only_from is not None and length >= compile_only_from)
       config = bench_config(name, length, batch_size=batch_size, mode=mode, warmup_steps=warmup_steps,
                             repeats=repeats, compile_only=only_compile, device_kind=device_kind,
-                            overrides=overrides)
+                            overrides=overrides, kwargs_of=kwargs_of)
       points.append(Point(config, results.run_key(results.bench_key_fields(config))))
 
   todo = [p for p in points if by_key.get(p.key, {}).get("status") not in results.TERMINAL]
@@ -637,7 +652,7 @@ def run_bench(lengths: Sequence[int] = DEFAULT_LENGTHS, attentions: str | Sequen
     queues = [[p for p in todo if p.config.model.attention in part] for part in parts]
     argv = dict(lengths=lengths, batch_size=batch_size, mode=mode, warmup_steps=warmup_steps, repeats=repeats,
                 compile_only=compile_only, compile_only_from=compile_only_from, timeout_s=timeout_s,
-                isolate=isolate, overrides=overrides, results_dir=results_dir)
+                isolate=isolate, overrides=overrides, results_dir=results_dir, kwargs_of=kwargs_of)
     summary.workers = sweep_workers(parts, queues, argv, f"bench {mode}", progress,
                                     baseline=_record_counts(records, {p.key for p in todo}))
     mine = [r for r in results.latest_records(r for r in results.load_records(results_dir) if r.get("kind") == "bench")
@@ -692,7 +707,7 @@ POLL_S = 2.0  # how often the side-by-side sweep's progress reads the records
 
 
 def worker_command(attentions: Sequence[str], *, lengths, batch_size, mode, warmup_steps, repeats, compile_only,
-                   compile_only_from, timeout_s, isolate, overrides, results_dir) -> list[str]:
+                   compile_only_from, timeout_s, isolate, overrides, results_dir, kwargs_of=None) -> list[str]:
   """The ``lra-bench bench`` command of one side-by-side worker: the sweep's settings, its attentions."""
   return [sys.executable, "-m", "lra_bench", "bench", f"--attentions={','.join(attentions)}",
           f"--lengths={','.join(map(str, lengths))}", f"--batch_size={batch_size}", f"--mode={mode}",
@@ -700,6 +715,7 @@ def worker_command(attentions: Sequence[str], *, lengths, batch_size, mode, warm
           "--compile_only" if compile_only else "--nocompile_only",
           *([f"--compile_only_from={compile_only_from}"] if compile_only_from is not None else []),
           *([f"--timeout={timeout_s:g}"] if timeout_s else []), "--isolate" if isolate else "--noisolate",
+          *([f"--kwargs_of={kwargs_of}"] if kwargs_of else []),
           *[f"--set={item}" for item in overrides], f"--results_dir={results_dir}", "--workers=1"]
 
 
