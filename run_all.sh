@@ -3,7 +3,7 @@
 # every registered attention on every task of the protocol that has data, run the efficiency benchmark,
 # and write the report (tables, plots, index.md).
 #
-#   ./run_all.sh                       # cpu protocol + the core scaling sweep (2-core CPU: about 20 minutes)
+#   ./run_all.sh                       # cpu protocol + the core scaling sweep (2-core CPU: 20-22 minutes)
 #   ./run_all.sh --protocol smoke      # the plumbing check (every task, tiny, accuracies meaningless)
 #   ./run_all.sh --protocol lra        # the real LRA configs and the LRA Table 2 benchmark (accelerators)
 #
@@ -166,13 +166,12 @@ SUITE=($LRA_BENCH suite --protocol "$PROTOCOL" --tasks "$TASKS" --attentions "$A
 # per core in each worker, oversubscribes the cores. Measured on 8 cpu ListOps cells, two workers, idle
 # (2026-12-04): 288 s against 304 s, every test accuracy the same.
 ONE_THREAD="${XLA_FLAGS:+$XLA_FLAGS }--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+run_workers() {  # run_workers CMD...: `run`, with one XLA thread per process when $WORKERS share the CPU
+  if [ "$WORKERS" = 1 ]; then run "$@"; else XLA_FLAGS="$ONE_THREAD" run "$@"; fi
+}
 T=$SECONDS
 STATUS=0
-if [ "$WORKERS" = 1 ]; then
-  run "${SUITE[@]}" || STATUS=$?
-else
-  XLA_FLAGS="$ONE_THREAD" run "${SUITE[@]}" || STATUS=$?
-fi
+run_workers "${SUITE[@]}" || STATUS=$?
 stage_done suite "$T"
 # Exit 1 = the grid ran but some cells ended `failed` (the report still shows them, with their errors);
 # anything else (a usage error, a crash, a signal) stops here.
@@ -199,8 +198,9 @@ if [ "$BENCH" = 1 ]; then
     # 256-4096 in five lengths 619 s of 27 min 18 s (docs/cpu_protocol.md).
     BENCH_CMD=($LRA_BENCH bench --mode "${BENCH_MODE:-core}" --lengths "${LENGTHS:-256,2048}" --noisolate
                --batch_size 1 --repeats 3 --warmup_steps 1 --set model.attention_dropout_rate=0.0)
-    # each layer timed in the form the cpu suite trains it: most modern recurrences token by token
-    # (configs/cpu.py RECURRENT_ON_CPU; mamba and rwkv7 in chunk form took 2.5x the wall time per point)
+    # each layer timed in the form the cpu suite trained it (configs/cpu.py RECURRENT_ON_CPU: ten modern
+    # recurrences token by token), so the sweep's rows are the forms of the accuracy column; at this shape
+    # the chunked form is the faster one for eight of them (reports/cpu_modern_layers)
     [ "$PROTOCOL" = cpu ] && BENCH_CMD+=(--kwargs_of cpu)
   elif [ "$PROTOCOL" = smoke ]; then
     BENCH_CMD=($LRA_BENCH bench --mode "${BENCH_MODE:-train}" --lengths "${LENGTHS:-256}" --noisolate --batch_size 1
@@ -211,11 +211,7 @@ if [ "$BENCH" = 1 ]; then
   fi
   BENCH_CMD+=(--attentions "$ATTENTIONS" --workers "$WORKERS" --results_dir "$RESULTS_DIR")
   BENCH_STATUS=0
-  if [ "$WORKERS" = 1 ]; then
-    run "${BENCH_CMD[@]}" || BENCH_STATUS=$?
-  else
-    XLA_FLAGS="$ONE_THREAD" run "${BENCH_CMD[@]}" || BENCH_STATUS=$?
-  fi
+  run_workers "${BENCH_CMD[@]}" || BENCH_STATUS=$?
   [ "$BENCH_STATUS" = 0 ] || { echo "== the benchmark ended with exit $BENCH_STATUS (above)" >&2; STATUS=1; }
   stage_done bench "$T"
 fi
