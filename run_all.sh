@@ -200,7 +200,7 @@ if [ "$BENCH" = 1 ]; then
                --batch_size 1 --repeats 3 --warmup_steps 1 --set model.attention_dropout_rate=0.0)
     # each layer timed in the form the cpu suite trained it (configs/cpu.py RECURRENT_ON_CPU: ten modern
     # recurrences token by token), so the sweep's rows are the forms of the accuracy column; at this shape
-    # the chunked form is the faster one for eight of them (reports/cpu_modern_layers)
+    # the chunked form is the faster one for seven of them (reports/cpu_modern_layers)
     [ "$PROTOCOL" = cpu ] && BENCH_CMD+=(--kwargs_of cpu)
   elif [ "$PROTOCOL" = smoke ]; then
     BENCH_CMD=($LRA_BENCH bench --mode "${BENCH_MODE:-train}" --lengths "${LENGTHS:-256}" --noisolate --batch_size 1

@@ -93,11 +93,11 @@ input gates of +-60 both float32 forms are up to ~1e-3 off float64 where |n^T q|
 equally close). Computation is float32 (float64 for float64 inputs); the output has q's dtype.
 
 Speed. The scan contracts the state with q once per step (``_recurrent``: the "after" read is the "mid" read plus
-the write's rank-one terms), which made it 1.2-2x faster than three reads (fwd+bwd, one CPU thread, B=32, L=128,
-H=2, K=16, V=32, bidirectional: additive 2x, delta rule 1.7x, DPLR 1.4x, mLSTM 1.2x). On a CPU the ``lax.scan`` is
-then the faster form at small widths and batches of short rows (the ``cpu`` protocol's shape: configs/cpu.py), the
-chunk form at wide heads (reports/cpu_modern_layers); the chunk form is the training default for accelerators,
-where a long scan is latency-bound.
+the write's rank-one terms), 1.25-2x faster than three reads (fwd+bwd, one CPU thread, B=32, L=128, H=2, K=16,
+V=32, bidirectional, idle: additive 1.7-1.8x, delta rule 2.1x, DPLR 1.4x, mLSTM 1.25x). On a CPU the ``lax.scan``
+is then the faster form at small widths and batches of short rows (the ``cpu`` protocol's shape: configs/cpu.py),
+the chunk form at wide heads (reports/cpu_modern_layers); the chunk form is the training default for
+accelerators, where a long scan is latency-bound.
 """
 
 from __future__ import annotations
