@@ -295,6 +295,23 @@ def test_the_report_names_no_absolute_path(tmp_path, monkeypatch, fast_compile):
   assert report_index.shown_path(results_dir) == "results"
 
 
+def test_missing_cells_fix_commands_name_the_data_folder_relative_to_the_report(tmp_path, monkeypatch):
+  """A cell without data records its fix with the absolute --data_dir it ran with (run_all.sh passes
+  $PWD/lra_data); the report made in that folder shows `--data_dir lra_data`, never the machine's path."""
+  data = tmp_path / "lra_data"
+  error = (f"text data not found: TFDS dataset 'imdb_reviews' is not prepared in {data}/tfds\nPrepare it with:\n"
+           f"  lra-bench data prepare text --protocol lra --data_dir {data}")
+  results_dir, out = str(tmp_path / "results"), str(tmp_path / "report")
+  for attention in ("vanilla", "performer"):
+    results.append_record(results_dir, train_record(attention, "text", 0, None, status="no_data", error=error))
+  monkeypatch.chdir(tmp_path)
+  report_index.write_report(results_dir, out, attention_names=["vanilla", "performer"])
+  with open(os.path.join(out, "accuracy_lra.md")) as f:
+    table = f.read()
+  assert "Fix: `lra-bench data prepare text --protocol lra --data_dir lra_data && " in table
+  assert str(tmp_path) not in table
+
+
 def test_memory_columns_name_their_source_and_never_mix():
   """The compiled estimate (every backend) and the measured device peak (GPU/TPU) are separate tables
   whose captions say which is which; a point without a measured peak is n/a there, not its estimate."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import shlex
 from typing import Iterable, Sequence
@@ -480,8 +481,18 @@ def _task_problem(protocol: str, task: str) -> str | None:
   return preset_problem(protocol, task)
 
 
+def _local(text: str) -> str:
+  """``text`` (a recorded error or fix command) with the data folder of ``--data_dir`` and the paths inside the
+  working directory shown relative to it, as the rest of the report shows paths: a cell that ran with
+  ``--data_dir /home/me/repo/lra_data`` reads ``--data_dir lra_data`` in a report made in ``/home/me/repo``."""
+  cwd = os.getcwd().rstrip(os.sep) + os.sep
+  text = re.sub(r"(?<=--data_dir )(/\S+)", lambda m: os.path.relpath(m.group(1)), text)
+  return re.sub(re.escape(cwd) + r"(\S*)", lambda m: m.group(1) or ".", text)
+
+
 def _missing_notes(cells: pd.DataFrame, protocol: str, results_dir: str) -> list[str]:
-  """One line per empty cell with its reason and fix; one line per column that is empty throughout."""
+  """One line per empty cell with its reason and fix; one line per column that is empty throughout (recorded
+  paths shown relative to the working directory: ``_local``)."""
   notes = []
   for task, col in cells.groupby("task", sort=False):
     missing = col[col.status != "ok"]
@@ -497,12 +508,12 @@ def _missing_notes(cells: pd.DataFrame, protocol: str, results_dir: str) -> list
                       if isinstance(e, str) and re.search(r"lra-bench data prepare", e)), None)
       fix = _fix_command(protocol, task, "all", cells.attrs.get("seeds", [0]), results_dir,
                          cells.attrs.get("sets", {}).get(task, []))
-      notes.append(f"{title}: no data for any attention. Fix: `{(prepare + ' && ') if prepare else ''}{fix}`")
+      notes.append(_local(f"{title}: no data for any attention. Fix: `{(prepare + ' && ') if prepare else ''}{fix}`"))
       continue
     for _, c in missing.iterrows():
       reason = f" — {c['error'].splitlines()[0][:160]}" if isinstance(c["error"], str) and c["error"] else ""
-      notes.append(f"{c['attention']} / {title}: {STATUS_TEXT.get(c['status'], c['status'])}{reason}. "
-                   f"Fix: `{c['fix']}`")
+      notes.append(_local(f"{c['attention']} / {title}: {STATUS_TEXT.get(c['status'], c['status'])}{reason}. "
+                          f"Fix: `{c['fix']}`"))
   return notes
 
 
