@@ -77,6 +77,12 @@ def test_report_of_recall_records_has_the_recall_section_and_figures(tmp_path, r
   assert "Recall records only (no LRA accuracy section)" in text and "Benchmark records only" not in text
   assert os.path.exists(out / "recall_zoology.csv") and os.path.exists(out / "recall_zoology_state_size.png")
   assert str(out / "recall_zoology_runs.csv") in written
+  summary = text[text.index("## Summary"):text.index("## Recall")]   # the summary names what recalled
+  assert ("- Recall, protocol zoology, mqar L=64 kv=4 d=64 (2 attentions): vanilla 97.0; recall 90 % or more (1): "
+          "vanilla 97.0; blind choice or worse, 30 % or less (1 of the 4 values + 5 points; 1): local 20.0; "
+          "between: 0") in summary
+  assert "mqar L=128 kv=8 d=64 (1 attention): vanilla 50.0; recall 90 % or more (0): none" in summary
+  assert "No accuracy, recall or benchmark records yet" not in summary
 
 
 def test_a_shortened_protocol_shows_the_original_protocols_published_values(tmp_path):

@@ -156,7 +156,8 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                (f"Protocols: {', '.join(f'`{p}`' for p in protocols)}. " if protocols else
                 "Recall records only (no LRA accuracy section). " if recall_records else
                 "Benchmark records only (no accuracy section; train with `lra-bench suite`). ")
-               + f"Registered attentions: {', '.join(attention_zoo.list_attentions())}.", "",
+               + f"Registered attention cores: {', '.join(attention_zoo.list_attentions())}; sequence mixers: "
+               + f"{', '.join(attention_zoo.list_mixers())}.", "",
                *_environment(records), ""]
   names = list(attention_names or ())
   groups = efficiency_groups(records, reference_eff)
@@ -186,7 +187,7 @@ def _sections(out: _Out, steps: Progress, records: Sequence[dict], protocols: Se
   spt_protocols = [p for p in protocols if pretraining.has_spt(records, p)]
   for p in spt_protocols:
     _spt_section(out, pretraining.spt_report(records, p, load_spt_reference(reference_dir)))
-  _recall_sections(out, recall_records, reference_dir)
+  recall_reports = _recall_sections(out, recall_records, reference_dir)
   curve_paths, curve_lines = curves.section(records, _protocol_order({r.get("protocol", "") for r in records
                                                                      if r.get("kind", "train") == "train"}),
                                             out_dir)
@@ -211,7 +212,7 @@ def _sections(out: _Out, steps: Progress, records: Sequence[dict], protocols: Se
     steps.set_status("effective attention patterns")
     _patterns_section(out, names, attention_length, compiler=attention_compiler, fits=attention_fits,
                       done=lambda name: steps.advance(note=f"pattern of {name}"))
-  headline = summary.section(summary.headline(accuracy_reports, groups))
+  headline = summary.section(summary.headline(accuracy_reports, groups, recall_reports))
   out.write(os.path.join(out_dir, summary.FILE), "\n".join(headline))
   out.index[opening:opening] = headline
   out.write(os.path.join(out_dir, "index.md"), "\n".join(out.index))
@@ -259,15 +260,18 @@ def _spt_section(out: _Out, rep: pretraining.SptReport) -> None:
   out.section(stem, md)
 
 
-def _recall_sections(out: _Out, records: Sequence[dict], reference_dir: str | None) -> None:
-  """One section per protocol with recall records: its tables (one per task) and two figures."""
+def _recall_sections(out: _Out, records: Sequence[dict], reference_dir: str | None) -> list:
+  """One section per protocol with recall records: its tables (one per task) and two figures; returns the
+  protocols' ``recall.RecallReport`` (for the summary)."""
   frame = recall.recall_frame(records)
   if frame.empty:
-    return
+    return []
+  reports = []
   reference = recall.load_reference(reference_dir)
   no_causal = recall.no_causal_forms()
   for protocol in _protocol_order(frame["protocol"].unique()):
     rep = recall.recall_tables(frame, protocol, reference, no_causal)
+    reports.append(rep)
     stem = os.path.join(out.directory, f"recall_{protocol}")
     rep.frame.to_csv(stem + "_runs.csv", index=False)
     rep.best.to_csv(stem + ".csv", index=False)
@@ -290,6 +294,7 @@ def _recall_sections(out: _Out, records: Sequence[dict], reference_dir: str | No
            f"size), [{out.rel(stem)}_runs.csv]({out.rel(stem)}_runs.csv) (every run), "
            f"[{out.rel(stem)}.tex]({out.rel(stem)}.tex)."]
     out.section(stem, md)
+  return reports
 
 
 def _followups_section(out: _Out, followups) -> None:

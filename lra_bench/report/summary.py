@@ -8,7 +8,9 @@ crossover lengths from the crossover tables (``crossover_<group>.csv``), formatt
 
 Per protocol and task: vanilla's test accuracy with its Wilson 95% interval, the attentions significantly
 better or worse than vanilla (Newcombe's interval of the difference excludes 0; ``accuracy._add_intervals``),
-how many are not significantly different and how many cells have no result. Per benchmark group: the lowest
+how many are not significantly different and how many cells have no result. Per recall protocol and setting
+(``recall_lines``): vanilla's accuracy, the attentions that recall (>= 90 %) and those at a blind choice among
+the context's values or below, from the recall table's cells. Per benchmark group: the lowest
 and highest fitted slope of time against length, and the crossovers against vanilla (the length from which
 an attention is faster).
 """
@@ -28,14 +30,17 @@ TITLE = "Summary"
 FILE = "summary.md"
 
 
-def headline(accuracy_reports: Sequence[AccuracyReport], groups: Sequence[EfficiencyGroup]) -> list[str]:
+def headline(accuracy_reports: Sequence[AccuracyReport], groups: Sequence[EfficiencyGroup],
+             recall_reports: Sequence = ()) -> list[str]:
   """The summary's lines (Markdown bullets that read as plain text on a terminal)."""
   lines: list[str] = []
   for rep in accuracy_reports:
     lines += _accuracy_lines(rep)
+  for rep in recall_reports:
+    lines += recall_lines(rep.protocol, rep.best)
   for group in groups:
     lines += _efficiency_lines(group)
-  return lines or ["- No accuracy or benchmark records yet."]
+  return lines or ["- No accuracy, recall or benchmark records yet."]
 
 
 def section(lines: Sequence[str]) -> list[str]:
@@ -91,6 +96,38 @@ def _accuracy_lines(rep: AccuracyReport) -> list[str]:
   if empty:
     lines.append(f"- Accuracy, protocol {rep.protocol}: no results for {', '.join(empty)} (the report's notes "
                  "say why and give the command that fills them)")
+  return lines
+
+
+RECALLS = 90.0   # a recall cell at or above this accuracy (%) is "recalls" in the summary
+BLIND_MARGIN = 5.0  # ... at or below a blind choice among the kv values of the context plus this: "blind"
+
+
+def recall_lines(protocol: str, best: pd.DataFrame) -> list[str]:
+  """One line per task and setting of a recall table (``recall.best_of_sweep``'s rows): vanilla's accuracy,
+  the attentions that recall (>= ``RECALLS`` %), those at or below a blind choice among the kv values of the
+  context (100 / kv % + ``BLIND_MARGIN``; the kernel and fixed-state cores' level), and how many sit between."""
+  lines = []
+  keys = ["task", "seq_len", "kv", "d_model"]
+  for key, rows in best.groupby(keys, dropna=False, sort=True):
+    task, seq_len, kv, d_model = key
+    setting = " ".join(f"{name}={int(value)}" for name, value in (("L", seq_len), ("kv", kv), ("d", d_model))
+                       if number(value) is not None)
+    ranked = rows.sort_values(["accuracy", "attention"], ascending=[False, True])
+    named = lambda frame: name_list([f"{r.attention} {r.accuracy:.1f}" for r in frame.itertuples()])
+    vanilla = ranked[ranked.attention == "vanilla"]
+    head = f"vanilla {vanilla.iloc[0].accuracy:.1f}" if len(vanilla) else "vanilla not run"
+    recall = ranked[ranked.accuracy >= RECALLS]
+    blind_at = 100.0 / kv + BLIND_MARGIN if number(kv) is not None and kv > 0 else None
+    blind = ranked[ranked.accuracy <= blind_at] if blind_at is not None else ranked.iloc[:0]
+    between = len(ranked) - len(recall) - len(blind)
+    text = (f"- Recall, protocol {protocol}, {task} {setting} ({len(ranked)} attention"
+            f"{'' if len(ranked) == 1 else 's'}): {head}; recall {RECALLS:.0f} % or more ({len(recall)}): "
+            f"{named(recall) if len(recall) else 'none'}")
+    if blind_at is not None:
+      text += (f"; blind choice or worse, {blind_at:.0f} % or less (1 of the {int(kv)} values + "
+               f"{BLIND_MARGIN:.0f} points; {len(blind)}): {named(blind.iloc[::-1]) if len(blind) else 'none'}")
+    lines.append(text + f"; between: {between}")
   return lines
 
 
