@@ -312,6 +312,22 @@ def test_missing_cells_fix_commands_name_the_data_folder_relative_to_the_report(
   assert str(tmp_path) not in table
 
 
+def test_a_task_without_any_result_is_one_note_not_a_column_of_no_data(tmp_path):
+  """ListOps has results, Text none (no data for any attention): the table has no Text column, its caption
+  says so, and the notes give Text's one line with the fix; a task with a failed cell keeps its column."""
+  error = "no file x\nPrepare it with:\n  lra-bench data prepare text --protocol lra"
+  records = [train_record("vanilla", "listops", 0, 0.36), train_record("performer", "listops", 0, 0.20),
+             train_record("vanilla", "text", 0, None, status="no_data", error=error),
+             train_record("performer", "text", 0, None, status="no_data", error=error),
+             train_record("vanilla", "retrieval", 0, None, status="failed", error="RuntimeError: boom")]
+  rep = accuracy.accuracy_report(records, "lra", REFERENCE)
+  md = rep.ours.to_markdown()
+  header = next(line for line in md.splitlines() if line.startswith("| Model"))
+  assert header.split("|")[3:6] == [" ListOps ", " Retrieval ", " Avg "]
+  assert "Without any result, so not shown as columns: Text" in md
+  assert "Text: no data for any attention. Fix: `lra-bench data prepare text --protocol lra && " in md
+
+
 def test_memory_columns_name_their_source_and_never_mix():
   """The compiled estimate (every backend) and the measured device peak (GPU/TPU) are separate tables
   whose captions say which is which; a point without a measured peak is n/a there, not its estimate."""

@@ -380,6 +380,10 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
     means = [number(_cell(cells, a, t)["mean"]) for t in avg_tasks]
     return float(np.mean(means)) if avg_tasks and None not in means else None
 
+  # A task none of whose cells has a result or a failure (all not run / no data) is one line of the notes
+  # (``_missing_notes``: what is missing and the command that fills it), not a column of "no data".
+  empty = [t for t in task_names if set(cells[cells.task == t]["status"]) <= {"missing", "no_data"}]
+  task_names = [t for t in task_names if t not in empty] or task_names
   columns = ["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names], "Avg"]
   rows, bold = [_chance_row(reference, task_names, avg_tasks)], set()
   best = {t: cells[(cells.task == t) & (cells.status == "ok")]["mean"].max() for t in task_names}
@@ -409,7 +413,10 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
   caption = (f"Test accuracy (%) under protocol `{protocol}`: mean ± std over seeds "
              f"({', '.join(map(str, seeds)) or 'none'}){marks}"
              f"Avg over {', '.join(TASK_TITLES.get(t, t) for t in avg_tasks) or 'no task'}"
-             + (" (the tasks with data; the paper averages all five)." if len(avg_tasks) < 5 else "."))
+             + (" (the tasks with data; the paper averages all five)." if len(avg_tasks) < 5 else ".")
+             + (f" Without any result, so not shown as columns: {', '.join(TASK_TITLES.get(t, t) for t in empty)} "
+                "(the notes below say why and give the command that fills them)."
+                if empty and len(empty) < len(set(cells['task'])) else ""))
   if not comparable(protocol):
     caption = (f"**Protocol `{protocol}` is not the paper's protocol: these numbers are NOT comparable to "
                f"the published ones** (shown below for orientation only, without deltas). " + caption)
