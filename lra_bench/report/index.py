@@ -156,8 +156,8 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                (f"Protocols: {', '.join(f'`{p}`' for p in protocols)}. " if protocols else
                 "Recall records only (no LRA accuracy section). " if recall_records else
                 "Benchmark records only (no accuracy section; train with `lra-bench suite`). ")
-               + f"Registered attention cores: {', '.join(attention_zoo.list_attentions())}; sequence mixers: "
-               + f"{', '.join(attention_zoo.list_mixers())}.", "",
+               + "Registered layers (attention cores and sequence mixers): "
+               + f"{', '.join(attention_zoo.list_layers())}.", "",
                *_environment(records), ""]
   names = list(attention_names or ())
   groups = efficiency_groups(records, reference_eff)
