@@ -312,6 +312,16 @@ def test_missing_cells_fix_commands_name_the_data_folder_relative_to_the_report(
   assert str(tmp_path) not in table
 
 
+def test_paths_are_shortened_only_where_they_start_in_the_working_directory(tmp_path, monkeypatch):
+  """Made in "/", a report leaves relative paths alone (the unanchored rule turned results/cpu into
+  resultscpu); a folder named like the working directory inside another path is not cut either."""
+  monkeypatch.chdir("/")
+  assert accuracy._local("Fix: `lra-bench suite --results_dir results/cpu`") == \
+      "Fix: `lra-bench suite --results_dir results/cpu`"
+  monkeypatch.chdir(tmp_path)
+  assert accuracy._local(f"in {tmp_path}/lra_data/tfds and /x{tmp_path}/y") == f"in lra_data/tfds and /x{tmp_path}/y"
+
+
 def test_a_task_without_any_result_is_one_note_not_a_column_of_no_data(tmp_path):
   """ListOps has results, Text none (no data for any attention): the table has no Text column, its caption
   says so, and the notes give Text's one line with the fix; a task with a failed cell keeps its column."""

@@ -492,9 +492,12 @@ def _local(text: str) -> str:
   """``text`` (a recorded error or fix command) with the data folder of ``--data_dir`` and the paths inside the
   working directory shown relative to it, as the rest of the report shows paths: a cell that ran with
   ``--data_dir /home/me/repo/lra_data`` reads ``--data_dir lra_data`` in a report made in ``/home/me/repo``."""
-  cwd = os.getcwd().rstrip(os.sep) + os.sep
   text = re.sub(r"(?<=--data_dir )(/\S+)", lambda m: os.path.relpath(m.group(1)), text)
-  return re.sub(re.escape(cwd) + r"(\S*)", lambda m: m.group(1) or ".", text)
+  cwd = os.getcwd()
+  if cwd == os.sep:  # every absolute path is inside "/": nothing to shorten
+    return text
+  # only a path that starts there (not a folder of that name inside another path)
+  return re.sub(r"(?<![\w./-])" + re.escape(cwd + os.sep) + r"(\S*)", lambda m: m.group(1) or ".", text)
 
 
 def _missing_notes(cells: pd.DataFrame, protocol: str, results_dir: str) -> list[str]:
