@@ -380,9 +380,9 @@ def _ours_table(cells: pd.DataFrame, protocol: str, reference: pd.DataFrame, tas
     means = [number(_cell(cells, a, t)["mean"]) for t in avg_tasks]
     return float(np.mean(means)) if avg_tasks and None not in means else None
 
-  # A task none of whose cells has a result or a failure (all not run / no data) is one line of the notes
-  # (``_missing_notes``: what is missing and the command that fills it), not a column of "no data".
-  empty = [t for t in task_names if set(cells[cells.task == t]["status"]) <= {"missing", "no_data"}]
+  # A task none of whose cells has a result or a failure is one line of the notes (``_missing_notes``: what is
+  # missing and the command that fills it), not a column of "no data".
+  empty = [t for t in task_names if _no_result(cells[cells.task == t])]
   task_names = [t for t in task_names if t not in empty] or task_names
   columns = ["Model", "Attention", *[TASK_TITLES.get(t, t) for t in task_names], "Avg"]
   rows, bold = [_chance_row(reference, task_names, avg_tasks)], set()
@@ -500,6 +500,11 @@ def _local(text: str) -> str:
   return re.sub(r"(?<![\w./-])" + re.escape(cwd + os.sep) + r"(\S*)", lambda m: m.group(1) or ".", text)
 
 
+def _no_result(column: pd.DataFrame) -> bool:
+  """Whether a task's cells are all not run or without data (no result, no failure): one note, no column."""
+  return set(column.status) <= {"missing", "no_data"}
+
+
 def _missing_notes(cells: pd.DataFrame, protocol: str, results_dir: str) -> list[str]:
   """One line per empty cell with its reason and fix; one line per column that is empty throughout (recorded
   paths shown relative to the working directory: ``_local``)."""
@@ -513,7 +518,7 @@ def _missing_notes(cells: pd.DataFrame, protocol: str, results_dir: str) -> list
     if problem:
       notes.append(f"{title}: no data — {problem}.")
       continue
-    if len(missing) == len(col) and set(missing.status) <= {"missing", "no_data"}:
+    if _no_result(col):
       prepare = next((re.search(r"lra-bench data prepare [^\n]*", e).group(0) for e in missing.error
                       if isinstance(e, str) and re.search(r"lra-bench data prepare", e)), None)
       fix = _fix_command(protocol, task, "all", cells.attrs.get("seeds", [0]), results_dir,
