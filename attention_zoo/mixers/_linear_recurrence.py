@@ -194,8 +194,9 @@ def _recurrent(x, vector, excl, strict, any_excl):
       c_new = f_act[..., None, None] * c + i_act[..., None, None] * jnp.einsum("bhk,bhv->bhkv", kt, inp["v"])
       n_new = f_act[..., None] * n + i_act[..., None] * kt
       num_old, den_old = read(c, qt), dot(n, qt)                        # "before" and "mid" read C_{t-1}
-      num_new = f_act[..., None] * num_old + (i_act * dot(kt, qt))[..., None] * inp["v"]
-      den_new = f_act * den_old + i_act * dot(kt, qt)
+      write = i_act * dot(kt, qt)                                       # the new token's weight at q
+      num_new = f_act[..., None] * num_old + write[..., None] * inp["v"]
+      den_new = f_act * den_old + write
       return (c_new, n_new, m_new), (_pick(excl, strict, num_old, num_old, num_new),
                                      _pick(excl, strict, den_old, den_old, den_new),
                                      _pick(excl, strict, m, m_dec, m_new))
