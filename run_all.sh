@@ -3,7 +3,7 @@
 # every registered attention on every task of the protocol that has data, run the efficiency benchmark,
 # and write the report (tables, plots, index.md).
 #
-#   ./run_all.sh                       # cpu protocol + the core scaling sweep (2-core CPU: 20-22 minutes)
+#   ./run_all.sh                       # cpu protocol + the core scaling sweep (2-core CPU: 18-22 minutes)
 #   ./run_all.sh --protocol smoke      # the plumbing check (every task, tiny, accuracies meaningless)
 #   ./run_all.sh --protocol lra        # the real LRA configs and the LRA Table 2 benchmark (accelerators)
 #
