@@ -12,6 +12,7 @@ by the first registry lookup.
 import importlib as _importlib
 import pkgutil as _pkgutil
 
+from attention_zoo import _xla_cpu  # noqa: F401  (first: sets XLA_FLAGS before any computation; _xla_cpu.py)
 from attention_zoo import registry as _registry
 from attention_zoo.registry import (
     FAMILIES,
