@@ -657,8 +657,10 @@ assert tuple(_CHECK_FNS) == CHECKS
 # moves no real output: the row cut to its real length gives the same); ``causal`` (with ``causal=True`` the
 # second half does not reach the first); ``determinism`` (another dropout key moves the output, not under
 # ``deterministic=True``); ``modes`` (``mode="chunk"`` equals ``mode="recurrent"`` for a mixer that has both).
-# The gradients are compiled (``jax.jit``, as training takes them and as the cores' check does: op by op they
-# cost a scanning mixer up to 2-3x more); the outputs are taken op by op, and ``jit`` compares the two.
+# Initialisation, outputs and gradients are compiled (``jax.jit``, as training runs them and as the cores' checks
+# do: op by op they cost a scanning mixer several times more), one program per mixer config and input shape, the
+# variables shared by the checks of a process; ``jit`` compares the compiled output with the op-by-op one
+# (``apply`` outside ``jax.jit``: each operation dispatched alone, a ``lax.scan`` as one).
 
 MIXER_CHECKS = ("config", "float32", "bfloat16", "jit", "gradients", "padding", "causal", "determinism",
                 "modes")
@@ -677,28 +679,44 @@ def _mixer_inputs(seed: int, length: int = MIXER_LENGTH, dtype=np.float32):
   return rng.normal(size=(MIXER_BATCH, length, MIXER_DIM)).astype(dtype)
 
 
-def _mixer_call(mixer, variables, x, mask, *, deterministic=True, rngs=None):
-  import jax.numpy as jnp
-
-  extra = {"residual": x} if type(mixer.config).gated_residual else {}
-  return mixer.apply(variables, jnp.asarray(x), jnp.asarray(mask), deterministic=deterministic,
-                     rngs=rngs or {}, **extra)
-
-
-def _mixer_init(mixer, x, mask, seed: int = 0):
+def _mixer_call(mixer, variables, x, mask, *, deterministic=True, rngs=None, jit=True):
+  """The mixer's output, compiled (``jit``: one ``jax.jit`` program per mixer config and input shape, as training
+  runs it) or op by op (the ``jit`` check's other side)."""
   import jax
   import jax.numpy as jnp
 
-  extra = {"residual": jnp.asarray(x)} if type(mixer.config).gated_residual else {}
-  return mixer.init({"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1)}, jnp.asarray(x),
-                    jnp.asarray(mask), deterministic=True, **extra)
+  x, mask = jnp.asarray(x), jnp.asarray(mask)
+  if not jit:
+    return _mixer_apply(mixer, variables, x, mask, rngs or {}, deterministic)
+  key = ("mixer_apply", type(mixer), repr(mixer.config), deterministic)
+  run = _memo(key, lambda: jax.jit(lambda v, x, m, r: _mixer_apply(mixer, v, x, m, r, deterministic)))
+  return run(variables, x, mask, rngs or {})
+
+
+def _mixer_apply(mixer, variables, x, mask, rngs, deterministic):
+  extra = {"residual": x} if type(mixer.config).gated_residual else {}
+  return mixer.apply(variables, x, mask, deterministic=deterministic, rngs=rngs, **extra)
+
+
+def _mixer_init(mixer, x, mask, seed: int = 0):
+  """The mixer's variables on these inputs (compiled: op by op, a scanning mixer's init costs seconds)."""
+  import jax
+  import jax.numpy as jnp
+
+  def init(x, mask):
+    extra = {"residual": x} if type(mixer.config).gated_residual else {}
+    return mixer.init({"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1)}, x, mask,
+                      deterministic=True, **extra)
+
+  return jax.jit(init)(jnp.asarray(x), jnp.asarray(mask))
 
 
 def _mixer_setup(name: str, **overrides):
   """(mixer, x, mask, variables): the mixer with ``overrides`` on the padded batch of ``_mixer_padded``."""
   mixer = _mixer_create(name, **overrides)
   x, mask = _mixer_padded()
-  return mixer, x, mask, _mixer_init(mixer, x, mask)
+  variables = _memo(("mixer_init", type(mixer), repr(mixer.config)), lambda: _mixer_init(mixer, x, mask))
+  return mixer, x, mask, variables
 
 
 def _mixer_padded(length: int = MIXER_LENGTH, pad: int = MIXER_PAD):
@@ -744,10 +762,8 @@ def _mixer_check_jit(name: str):
 
   mixer, x, mask, variables = _mixer_setup(name, dropout_rate=MIXER_DROPOUT)
   rngs = {"dropout": jax.random.key(5)}
-  with jax.disable_jit():
-    eager = np.asarray(_mixer_call(mixer, variables, x, mask, deterministic=False, rngs=rngs))
-  jitted = np.asarray(jax.jit(lambda v, x, m: _mixer_call(mixer, v, x, m, deterministic=False, rngs=rngs))(
-      variables, x, mask))
+  eager = np.asarray(_mixer_call(mixer, variables, x, mask, deterministic=False, rngs=rngs, jit=False))
+  jitted = np.asarray(_mixer_call(mixer, variables, x, mask, deterministic=False, rngs=rngs))
   err = _max_abs(eager - jitted)
   tol = SAME * (1 + _max_abs(eager))
   return err <= tol, f"max |jit - eager| {err:.2e}", "" if err <= tol else f"tolerance {tol:.1e}"
