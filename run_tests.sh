@@ -16,4 +16,4 @@ for arg in "$@"; do
   if [ -e "${arg%%::*}" ]; then WHERE=(); break; fi
 done
 source scripts/setup_env.sh
-exec python -m pytest -q -n "${LRA_TEST_WORKERS:-2}" --durations=30 "${TIER[@]}" "$@" "${WHERE[@]}"
+exec python -m pytest -q -n "${LRA_TEST_WORKERS:-2}" --dist worksteal --durations=30 "${TIER[@]}" "$@" "${WHERE[@]}"
