@@ -20,20 +20,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 
-FLAG = "--xla_cpu_experimental_ynn_fusion_type="
 NAME = "xla_cpu_experimental_ynn_fusion_type"
+FLAG = f"--{NAME}="  # empty: no YNNPACK fusion
 FIRST = (0, 8, 1)  # the first jaxlib with the flag (the wheels' strings: 0.8.0 lacks it; 0.8.1-0.10.2 have it)
 
 
 def _version(text: str) -> tuple[int, ...]:
-  parts = []
-  for piece in text.split(".")[:3]:
-    digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-    if not digits:
-      break
-    parts.append(int(digits))
-  return tuple(parts)
+  """(major, minor, patch) of a version string ("0.11.0rc1" -> (0, 11, 0))."""
+  return tuple(int(n) for n in re.findall(r"\d+", text)[:3])
 
 
 def flags_with_workaround(flags: str, jaxlib_version: str | None) -> str:
