@@ -198,7 +198,7 @@ if [ "$BENCH" = 1 ]; then
     # 256-4096 in five lengths 619 s of 27 min 18 s (docs/cpu_protocol.md).
     BENCH_CMD=($LRA_BENCH bench --mode "${BENCH_MODE:-core}" --lengths "${LENGTHS:-256,2048}" --noisolate
                --batch_size 1 --repeats 3 --warmup_steps 1 --set model.attention_dropout_rate=0.0)
-    # each layer timed in the form the cpu suite trained it (configs/cpu.py RECURRENT_ON_CPU: ten modern
+    # each layer timed in the form the cpu suite trained it (configs/cpu.py RECURRENT_ON_CPU: eight modern
     # recurrences token by token), so the sweep's rows are the forms of the accuracy column; at this shape
     # the chunked form is the faster one for seven of them (reports/cpu_modern_layers)
     [ "$PROTOCOL" = cpu ] && BENCH_CMD+=(--kwargs_of cpu)

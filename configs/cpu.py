@@ -74,15 +74,14 @@ EXCLUDED = {
 # model.attention_kwargs.mode=chunk`, then `=recurrent`): cell wall time chunk / recurrent retnet 27 / 13 s,
 # gated_deltanet 46 / 34 s, mamba2 31 / 67 s (so mamba2 keeps its chunked form). The layer alone, forward +
 # backward at this protocol's shape (batch 32, 128 tokens, width 32, bidirectional; `lra-bench bench --mode
-# core --kwargs_of cpu --lengths 128 --batch_size 32 --set model.emb_dim=32 --set model.qkv_dim=32 --set
-# model.num_heads=2 --set model.attention_kwargs.mode=...`; idle, after the scan's one-read step of e6481ec), chunk /
-# recurrent time: deltanet 14.7x, gla 4.9x, kda 3.7x, mamba 3.5x, retnet 3.2x, rwkv7 2.9x, hgrn2 1.85x, rg_lru 1.34x,
-# rwkv6 1.18x, gated_deltanet 1.10x; the chunked form faster: mlstm 0.83x, mamba2 0.32x (before e6481ec, under
-# the same command: deltanet 5.6x, gla 3.9x, retnet 1.8x, hgrn2 1.06x, gated_deltanet 0.75x, mlstm 0.91x). At
-# MQAR's shape (recall_cpu: batch 64, 64 tokens, width 64; before e6481ec, under load): mamba
-# 7.0x, rwkv7 3.7x, kda 1.5x, rg_lru 1.5x, deltanet 1.5x, hgrn2 1.2x, rwkv6 1.2x, retnet 1.0x, mlstm 0.5x.
-RECURRENT_ON_CPU = frozenset({"gated_deltanet", "gla", "deltanet", "rwkv7", "mamba", "rg_lru", "hgrn2", "kda",
-                              "rwkv6", "retnet"})
+# core --lengths 128 --batch_size 32 --set model.emb_dim=32 --set model.qkv_dim=32 --set model.num_heads=2
+# --set model.attention_kwargs.mode=...`), chunk / recurrent time, measured 2026-12-05 with XLA's YNNPACK
+# fusions off (attention_zoo/_xla_cpu.py; beside two niced trainings, one run): deltanet 9.1x, mamba 4.4x,
+# retnet 3.4x, gla 2.6x, kda 2.4x, rwkv7 2.3x, rg_lru 1.54x, gated_deltanet 1.11x; the chunked form faster:
+# mlstm 0.91x, rwkv6 0.88x, hgrn2 0.71x, mamba2 0.24x. (With the fusions on, 2026-12-04, idle: deltanet 14.7x,
+# gla 4.9x, kda 3.7x, mamba 3.5x, retnet 3.2x, rwkv7 2.9x, hgrn2 1.85x, rg_lru 1.34x, rwkv6 1.18x,
+# gated_deltanet 1.10x, mlstm 0.83x, mamba2 0.32x: hgrn2 and rwkv6 ran token by token until then.)
+RECURRENT_ON_CPU = frozenset({"gated_deltanet", "gla", "deltanet", "rwkv7", "mamba", "rg_lru", "kda", "retnet"})
 
 
 def attention_settings(config: ml_collections.ConfigDict) -> dict:

@@ -266,7 +266,7 @@ def test_param_groups_set_each_parameters_rate_and_decay():
 
 def test_cpu_runs_the_modern_layers_in_their_faster_form_on_a_cpu():
   """The `cpu` protocol trains the layers of RECURRENT_ON_CPU token by token (the same function, faster on a
-  CPU), mlstm and mamba2 in their default chunked form, and the Transformer cores as they are."""
+  CPU), mlstm, mamba2, rwkv6 and hgrn2 in their default chunked form, and the Transformer cores as they are."""
   import dataclasses
 
   import attention_zoo
@@ -275,5 +275,5 @@ def test_cpu_runs_the_modern_layers_in_their_faster_form_on_a_cpu():
   for name in cpu.RECURRENT_ON_CPU:
     assert "mode" in {f.name for f in dataclasses.fields(attention_zoo.layer_config(name))}, name
     assert config_lib.load_config("cpu", "listops", attention=name).model.attention_kwargs.mode == "recurrent"
-  for name in ("mlstm", "mamba2", "vanilla", "s4d"):
+  for name in ("mlstm", "mamba2", "rwkv6", "hgrn2", "vanilla", "s4d"):
     assert "mode" not in config_lib.load_config("cpu", "listops", attention=name).model.attention_kwargs, name
