@@ -40,7 +40,8 @@ the same function. Hydra (goombalab/hydra) is a bidirectional Mamba-2 (a quasise
 block. Here the reverse branch runs in place: its convolution looks ahead (``u_{t+(W−1)−k}``) and its
 scan runs from the last real token to the first, which equals Vim's flip / scan / flip on the real tokens.
 
-Defaults and initialisation from ``mamba_ssm/modules/mamba_simple.py`` (``Mamba.__init__``):
+Defaults and initialisation from state-spaces/mamba (read at e9594ce) ``mamba_ssm/modules/mamba_simple.py``
+(``Mamba.__init__``):
 
 - ``d_state`` 16, ``d_conv`` 4, ``expand`` 2, ``dt_rank`` "auto" = ⌈D/16⌉ (``dt_rank=None`` here),
   ``dt_min`` 1e-3, ``dt_max`` 0.1, ``dt_init`` "random", ``dt_scale`` 1, ``dt_init_floor`` 1e-4,

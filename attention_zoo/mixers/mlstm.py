@@ -41,7 +41,7 @@ normaliser) pairs are brought to the common stabiliser ``max(m^f_t, m^b_t)``, ad
 so the gates between two tokens weigh them alike in both directions. The conv stays causal (left to right)
 in both settings.
 
-Defaults and initialisation, from NX-AI/xlstm (``xlstm/blocks/mlstm/layer.py`` ``mLSTMLayerConfig``,
+Defaults and initialisation, from NX-AI/xlstm (read at 032a6fb; ``xlstm/blocks/mlstm/layer.py`` ``mLSTMLayerConfig``,
 ``mLSTMLayer.reset_parameters``; ``xlstm/blocks/mlstm/cell.py`` ``mLSTMCell``; ``xlstm/utils.py``
 ``UpProjConfigMixin``; ``xlstm/components/{init,conv,linear_headwise,ln}.py``):
 

@@ -40,8 +40,8 @@ sequence backwards (its convolution looks ahead, its scan runs from the last rea
 segment start), and the two directions' states are summed before the GeLU branch multiplies them:
 ``out = linear_out((h^f + h^b) ⊙ y)``.
 
-Defaults and initialisation (``recurrentgemma/jax/modules.py`` ``RecurrentBlock``,
-``recurrentgemma/jax/layers.py``):
+Defaults and initialisation (google-deepmind/recurrentgemma read at 2efa84d: ``recurrentgemma/jax/modules.py``
+``RecurrentBlock``, ``recurrentgemma/jax/layers.py``):
 
 - ``lru_width`` = d_model (``RecurrentBlock``: ``lru_width or width``), ``conv_width`` 4
   (``conv1d_temporal_width``), ``min_rad`` 0.9 (``RGLRU.min_rad``), ``max_rad`` 0.999

@@ -48,7 +48,7 @@ Heads: ``K = head_dim`` (64, RWKV-LM's ``head_size_a``) when it divides d_model,
 ``H = max(1, D // head_dim)`` lowered until it divides D, and K = D / H (d_model 16 → one head of 16,
 d_model 128 → 2 heads of 64, d_model 100 → one head of 100).
 
-Defaults and initialisation (``BlinkDL/RWKV-LM`` ``RWKV-v5/src/model.py`` ``RWKV_Tmix_x060`` and
+Defaults and initialisation (``BlinkDL/RWKV-LM`` at 524481d, ``RWKV-v5/src/model.py`` ``RWKV_Tmix_x060`` and
 ``RWKV.generate_init_weight``; ``RWKV-v5/train.py`` for head_size_a = 64, head_size_divisor = 8; fla
 ``fla/layers/rwkv6.py`` ``RWKV6Attention`` for the layer structure: LerpLinear/DDLerpLinear, the
 LoRAs, ``bonus``, ``g_norm``; it leaves these inits to RWKV-LM), as layer 0 of a one-layer model

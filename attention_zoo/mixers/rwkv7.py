@@ -51,7 +51,7 @@ in bidirectional mode the channel split of ``_layer_common.token_shift`` (in eac
 Heads (as ``_layer_common.rwkv_heads``): ``K = head_dim`` (64, RWKV-LM ``head_size``) when it divides d_model,
 otherwise ``H = max(1, D // head_dim)`` lowered until it divides D and K = D / H.
 
-Defaults and initialisation (``BlinkDL/RWKV-LM`` ``RWKV-v7/train_temp/src/model.py`` ``RWKV_Tmix_x070``
+Defaults and initialisation (``BlinkDL/RWKV-LM`` at 524481d, ``RWKV-v7/train_temp/src/model.py`` ``RWKV_Tmix_x070``
 and ``generate_init_weight``; fla ``fla/layers/rwkv7.py`` ``RWKV7Attention`` for the layer structure and
 the same inits), as layer 0 of a one-layer model (``ratio_0_to_1 = 0``, ``ratio_1_to_almost0 = 1``;
 ``ddd_i = i / D``, ``linear_n = n / (D − 1) − 0.5``, ``zigzag_n = z |z|`` with
