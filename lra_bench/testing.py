@@ -334,21 +334,20 @@ def _check_dtype(name: str, o: Options, dtype_name: str):
   import jax.numpy as jnp
 
   dtype = jnp.dtype(dtype_name)
-  core = _create(name)
-  batch = 3
-  mask = jnp.asarray(padding_masks(o.length, o.pad))
-  if dtype == jnp.float32:
-    q, k, v = random_qkv(1, batch, o.length, 3, 8, 5)  # value_dim (5) != head_dim (8)
+  if dtype == jnp.float32:  # the padded inputs (value_dim 5 != head_dim 8), one program with ``gradients``
+    (q, k, v), out, grads = _padded_gradients(name, o)
   else:  # large logits too: mixed precision must not overflow
-    q, k, v = random_qkv(8, batch, o.length, 2, 8, 5, dtype=dtype, scale=3.0)
-  variables = jax.jit(lambda q, k, v, m: core.init(_rngs("params", "attention"), q, k, v, mask=m))(q, k, v, mask)
+    core = _create(name)
+    mask = jnp.asarray(padding_masks(o.length, o.pad))
+    q, k, v = random_qkv(8, 3, o.length, 2, 8, 5, dtype=dtype, scale=3.0)
+    variables = jax.jit(lambda q, k, v, m: core.init(_rngs("params", "attention"), q, k, v, mask=m))(q, k, v, mask)
 
-  def loss(q, k, v):
-    out = core.apply(variables, q, k, v, mask=mask, rngs=_rngs("attention"))
-    return jnp.sum(out.astype(jnp.float32) * mask[:, :, None, None]), out
+    def loss(q, k, v):
+      out = core.apply(variables, q, k, v, mask=mask, rngs=_rngs("attention"))
+      return jnp.sum(out.astype(jnp.float32) * mask[:, :, None, None]), out
 
-  (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
-  want = (batch, o.length, q.shape[2], v.shape[3])
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+  want = (3, o.length, q.shape[2], v.shape[3])
   bad_out = int(np.sum(~np.isfinite(np.asarray(out, np.float32))))
   bad_grad = sum(int(np.sum(~np.isfinite(np.asarray(g, np.float32)))) for g in grads)
   grad_dtypes = {str(g.dtype) for g in grads}
@@ -367,14 +366,24 @@ def _check_dtype(name: str, o: Options, dtype_name: str):
   return not problems, measured, "; ".join(problems)
 
 
+# The padded inputs of most checks: 3 heads, head_dim 8, value_dim 5 (!= head_dim: a core that mixes up the two
+# fails), on the three padding layouts of ``padding_masks``.
+PADDED_HEADS, PADDED_HEAD_DIM, PADDED_VALUE_DIM = 3, 8, 5
+
+
+def _padded_qkv(seed: int, o: Options):
+  return random_qkv(seed, 3, o.length, PADDED_HEADS, PADDED_HEAD_DIM, PADDED_VALUE_DIM)
+
+
 def _padded_setup(name: str, o: Options):
   """(core, variables, jitted apply, (q, k, v), mask [3, L]) on the three padding layouts: shared by
-  the jit, gradient and padding checks (one init and one compile of the forward for all of them)."""
+  the float32, jit, gradients, padding and determinism checks (one init and one compile of the forward for
+  all of them)."""
   def compute():
     import jax.numpy as jnp
 
     core = _create(name)
-    qkv = random_qkv(3, 3, o.length, 2, 8, 8)
+    qkv = _padded_qkv(1, o)
     mask = padding_masks(o.length, o.pad)
     variables, apply = _compiled(core, *qkv, jnp.asarray(mask))
     return core, variables, apply, qkv, mask
@@ -389,9 +398,8 @@ def _dropout_runs(name: str, o: Options) -> dict[str, np.ndarray]:
     import jax
 
     core = _create(name, dropout_rate=0.5)
-    _, _, _, (q, k, v), mask = _padded_setup(name, o)
+    _, variables, _, (q, k, v), mask = _padded_setup(name, o)  # the variables do not depend on the rate
     mask = jax.numpy.asarray(mask)
-    variables, _ = _compiled(core, q, k, v, mask)
     keys = {"A": {"dropout": jax.random.key(11), "attention": jax.random.key(12)}}
     keys["B"] = dict(keys["A"], dropout=jax.random.key(13))
     run = lambda deterministic: jax.jit(lambda rngs: core.apply(variables, q, k, v, mask=mask, rngs=rngs,
@@ -411,19 +419,28 @@ def _check_jit(name: str, o: Options):
       "" if ok else f"jit and op-by-op outputs differ (tolerance {SAME:g})"
 
 
+def _padded_gradients(name: str, o: Options):
+  """((q, k, v), outputs, d/d(q, k, v) of the sum of the real outputs) on the padded inputs: one compiled
+  program for the float32 and gradients checks."""
+  def compute():
+    import jax
+    import jax.numpy as jnp
+
+    core, variables, _, (q, k, v), mask = _padded_setup(name, o)
+    weights = jnp.asarray(mask)[:, :, None, None]
+
+    def loss(q, k, v):
+      out = core.apply(variables, q, k, v, mask=jnp.asarray(mask), rngs=_rngs("attention"))
+      return jnp.sum(out.astype(jnp.float32) * weights), out
+
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+    return (q, k, v), out, grads
+  return _memo(("padded_gradients", *_core_key(name), o.length, o.pad), compute)
+
+
 def _check_gradients(name: str, o: Options):
-  import jax
-  import jax.numpy as jnp
-
-  core, variables, _, (q, k, v), mask = _padded_setup(name, o)
-  mask = jnp.asarray(mask)
-  weights = mask[:, :, None, None]
-
-  def loss(q, k, v):
-    out = core.apply(variables, q, k, v, mask=mask, rngs=_rngs("attention"))
-    return jnp.sum(out * weights)
-
-  grads = [np.asarray(g) for g in jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)]
+  _, _, grads = _padded_gradients(name, o)
+  grads = [np.asarray(g) for g in grads]
   bad = sum(int(np.sum(~np.isfinite(g))) for g in grads)
   dv = _max_abs(grads[2])
   problems = ([f"{bad} non-finite"] if bad else []) + (["d/dvalue is zero"] if dv == 0 else [])
@@ -438,7 +455,7 @@ def _redrawn_outputs(name: str, o: Options) -> tuple[np.ndarray, dict[str, np.nd
 
     _, _, apply, (q, k, v), mask = _padded_setup(name, o)
     real = mask[:, :, None, None]
-    q2, k2, _ = random_qkv(6, 3, o.length, 2, 8, 8)
+    q2, k2, _ = _padded_qkv(6, o)
     moved = {"query": apply(jnp.where(real, q2, q), k, v, mask),
              "key": apply(q, jnp.where(real, k2, k), v, mask)}
     return np.asarray(apply(q, k, v, mask)), {x: np.asarray(out) for x, out in moved.items()}, mask
@@ -477,7 +494,7 @@ def _padding_outputs(name: str, o: Options):
 
     _, _, apply, (q, k, v), mask = _padded_setup(name, o)
     pad = ~mask[:, :, None, None]
-    other = random_qkv(4, 3, o.length, 2, 8, 8)
+    other = _padded_qkv(4, o)
     q2, k2, v2 = (jnp.where(pad, 7.0 * x2 + 3.0, x) for x, x2 in zip((q, k, v), other))
     return np.asarray(apply(q, k, v, mask)), np.asarray(apply(q2, k2, v2, mask)), mask
   return _memo(("padding_outputs", *_core_key(name), o.length, o.pad), compute)
@@ -854,9 +871,7 @@ def _mixer_check_modes(name: str):
     return None, "one form", "the config has no mode field"
   worst, scale = 0.0, 0.0
   for causal in (False, True):
-    chunk = _mixer_create(name, mode="chunk", causal=causal)
-    x, mask = _mixer_padded()
-    variables = _mixer_init(chunk, x, mask)
+    chunk, x, mask, variables = _mixer_setup(name, mode="chunk", causal=causal)  # the other checks' when default
     a = np.asarray(_mixer_call(chunk, variables, jnp.asarray(x), mask), np.float64)
     b = np.asarray(_mixer_call(_mixer_create(name, mode="recurrent", causal=causal), variables, jnp.asarray(x), mask),
                    np.float64)

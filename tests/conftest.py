@@ -8,22 +8,49 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES_FOR_TF", "")
 # Tests run tiny shapes where XLA's CPU compile time dominates; LLVM optimisation level 0 compiles the
 # attention cores ~2-4x faster and does not change results.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
-# Many tests (and the runs they start as subprocesses) compile the same tiny programs: JAX's persistent
-# compilation cache lets each program compile once per test run (tests/test_resume.py: 111 s -> 77 s on
-# 2 CPUs). One folder per run: made by the first process that loads this file (pytest-xdist's controller,
-# whose environment its workers and their subprocesses inherit) and removed when that process exits.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-  _JAX_CACHE = tempfile.mkdtemp(prefix="lra-bench-tests-jax-cache-")
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE
-  atexit.register(shutil.rmtree, _JAX_CACHE, ignore_errors=True)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# Many tests (and the runs they start as subprocesses) compile the same tiny programs, and most of a test's
+# time on a CPU is XLA compiling them: JAX's persistent compilation cache lets each program compile once per
+# machine, not once per test run (tests/test_attention_registry.py on 2 CPUs: 406 s with an empty cache, 123 s
+# with the programs of an earlier run). The cache is the folder LRA_TEST_JAX_CACHE names, by default
+# ~/.cache/lra-bench/jax-tests ($XDG_CACHE_HOME), shared by pytest-xdist's workers and their subprocesses
+# (they inherit JAX_COMPILATION_CACHE_DIR) and by later runs; a program is found only under the same jax
+# version, flags and code, so a stale entry is never used, only unused: past CACHE_LIMIT bytes the folder is
+# emptied when a run starts. LRA_TEST_JAX_CACHE=run uses an empty folder for this run only, removed when it
+# ends (the time of a first run on a fresh machine); a JAX_COMPILATION_CACHE_DIR already set is used as is.
+CACHE_LIMIT = 2 << 30
 
-import pytest
+
+def _folder_bytes(path):
+  total = 0
+  for folder, _, files in os.walk(path):
+    for name in files:
+      try:
+        total += os.path.getsize(os.path.join(folder, name))
+      except OSError:  # removed by another process meanwhile
+        pass
+  return total
+
+
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _WANTED = os.environ.get("LRA_TEST_JAX_CACHE", "")
+  if _WANTED == "run":
+    _JAX_CACHE = tempfile.mkdtemp(prefix="lra-bench-tests-jax-cache-")
+    atexit.register(shutil.rmtree, _JAX_CACHE, ignore_errors=True)
+  else:
+    _base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    _JAX_CACHE = os.path.abspath(_WANTED or os.path.join(_base, "lra-bench", "jax-tests"))
+    if os.path.isdir(_JAX_CACHE) and _folder_bytes(_JAX_CACHE) > CACHE_LIMIT:
+      shutil.rmtree(_JAX_CACHE, ignore_errors=True)
+    os.makedirs(_JAX_CACHE, exist_ok=True)
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 @pytest.fixture
