@@ -347,7 +347,7 @@ def _check_dtype(name: str, o: Options, dtype_name: str):
       return jnp.sum(out.astype(jnp.float32) * mask[:, :, None, None]), out
 
     (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
-  want = (3, o.length, q.shape[2], v.shape[3])
+  want = (q.shape[0], o.length, q.shape[2], v.shape[3])
   bad_out = int(np.sum(~np.isfinite(np.asarray(out, np.float32))))
   bad_grad = sum(int(np.sum(~np.isfinite(np.asarray(g, np.float32)))) for g in grads)
   grad_dtypes = {str(g.dtype) for g in grads}
@@ -427,10 +427,11 @@ def _padded_gradients(name: str, o: Options):
     import jax.numpy as jnp
 
     core, variables, _, (q, k, v), mask = _padded_setup(name, o)
-    weights = jnp.asarray(mask)[:, :, None, None]
+    mask = jnp.asarray(mask)
+    weights = mask[:, :, None, None]
 
     def loss(q, k, v):
-      out = core.apply(variables, q, k, v, mask=jnp.asarray(mask), rngs=_rngs("attention"))
+      out = core.apply(variables, q, k, v, mask=mask, rngs=_rngs("attention"))
       return jnp.sum(out.astype(jnp.float32) * weights), out
 
     (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
