@@ -36,11 +36,12 @@ def test_two_cells_side_by_side_leave_two_numpy_pipeline_records(tmp_path):
 
 @pytest.mark.timeout(450)
 def test_a_cell_cut_by_the_budget_is_packed_and_continues_from_its_checkpoint(tmp_path):
-  sets = dict(GPU_TRAIN_CELLS="smoke:listops:vanilla", GPU_TRAIN_SETS="num_train_steps=1000000 checkpoint_every=20",
-              GPU_TRAIN_BUDGET_S="45")  # minus start-up and data: ample for the first checkpoints
-  out = _run(tmp_path / "first", **sets)
+  sets = dict(GPU_TRAIN_CELLS="smoke:listops:vanilla", GPU_TRAIN_SETS="num_train_steps=1000000 checkpoint_every=20")
+  # 30 s minus start-up and data (~5 s): the first checkpoint (step 20) comes ~10 s in, idle, here
+  out = _run(tmp_path / "first", GPU_TRAIN_BUDGET_S="30", **sets)
   packed = tmp_path / "first" / "out" / "unfinished.tar.gz"
   assert "not finished (error: interrupted at step" in out and packed.exists(), out
-  _run(tmp_path / "second", GPU_TRAIN_RESUME=str(packed), **sets)
+  # the second run only has to restore (~7 s in); it is cut by its budget too
+  _run(tmp_path / "second", GPU_TRAIN_RESUME=str(packed), GPU_TRAIN_BUDGET_S="20", **sets)
   log = (tmp_path / "second" / "work" / "smoke_listops_vanilla_s0.log").read_text()
   assert "resumed from step" in log, log[-2000:]
