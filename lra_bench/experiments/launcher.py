@@ -62,6 +62,10 @@ LOCAL_TIME_LIMIT_MIN = 7 * 24 * 60  # local workers: no limit in practice (submi
 MAX_REQUEUES = 50  # requeues after a time limit (a long grid on short jobs needs many); preemptions are free
 SIGNAL_DELAY_S = 120  # USR2 this long before the time limit: the worker checkpoints and requeues
 POLL_S = 2.0
+# A local job is done when its controller has exited, so its worker's result file is there or never will be;
+# submitit would wait 15 s for it (``Job._results_timeout_s``: a shared file system may show it late), per dead
+# worker, before the summary could name it.
+LOCAL_RESULT_WAIT_S = 1
 SCHEDULER_TIMEOUT_S = 10  # one squeue/scontrol/sacct query; a scheduler that does not answer is "unknown"
 
 
@@ -357,6 +361,7 @@ def wait(jobs: Sequence[submitit.Job], watch: Callable[[], None] | None = None,
     watch()
   outputs, dead = [], []
   for job in jobs:
+    job._results_timeout_s = LOCAL_RESULT_WAIT_S  # noqa: SLF001 (submitit's own per-job setting)
     try:
       outputs.append(job.result())
     except submitit_utils.UncompletedJobError as err:
