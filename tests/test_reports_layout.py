@@ -107,3 +107,18 @@ def test_every_relative_link_of_a_study_readme_resolves(study):
     if os.path.relpath(resolved, REPO).startswith(os.pardir) or not os.path.exists(resolved):
       bad.append(target)
   assert not bad, f"reports/{study}/README.md: links that do not resolve: {bad}"
+
+
+# An absolute path of the machine that made a report, in backquotes or after `--flag ` (a report names its files
+# relative to where `lra-bench report` ran; docs/results.md).
+MACHINE_PATH = re.compile(r"(?:`|--\w+[ =])/(?:work|tmp|root|home|Users|mnt|scratch)/")
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_a_report_names_no_path_of_the_machine_that_made_it(study):
+  found = []
+  for rel in _files(study):
+    if rel.startswith("report" + os.sep) and rel.endswith(".md"):
+      with open(os.path.join(REPORTS, study, rel), encoding="utf-8") as f:
+        found += [f"{rel}:{n}" for n, line in enumerate(f, 1) if MACHINE_PATH.search(line)]
+  assert not found, found
