@@ -1,8 +1,8 @@
 """The CLI: one clear line for bad input, no traceback; per-command help and flags; list; data prepare;
 train; the hand-off to plugins, check, new attention and the suite launchers; quiet third-party logs."""
 
-import logging
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,7 +13,6 @@ import pytest
 import attention_zoo
 import lra_bench
 from lra_bench import cli as cli_lib
-
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
