@@ -50,7 +50,12 @@ def base_config() -> ml_collections.ConfigDict:
   # Scale-out (lra_bench/training/parallel.py). Gradient accumulation: the batch is run as this many equal
   # micro-batches, one optimizer step (same result, 1/accumulate_steps of the activation memory).
   c.accumulate_steps = 1
-  c.precision = "float32"               # or "bfloat16": bf16 activations/matmuls; params, softmax, norms, loss f32
+  # Compute dtype (bf16 activations/matmuls; params, optimizer state, softmax, norms, loss stay f32): "auto" =
+  # bfloat16 on GPU/TPU, float32 on CPU (steps.resolve_precision); "float32" / "bfloat16" force one. LRA ran
+  # float32 activations on TPU (lra_benchmarks/models/transformer/transformer.py: use_bfloat16=False by default;
+  # listops/train.py and the base configs do not set it), where XLA's default precision multiplies float32
+  # matmuls in bfloat16 passes: bfloat16 compute is closest on an accelerator. --set precision=float32 runs f32.
+  c.precision = "auto"
   c.param_sharding = "replicated"       # or "fsdp": large params/optimizer moments split over the devices
   c.num_train_steps = 5000
   c.optimizer = ml_collections.ConfigDict()

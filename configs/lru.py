@@ -57,6 +57,9 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
 
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:
   c = lra.get_config(task)
+  # float32 as the original: NicolasZucchet/minimal-LRU (lru/model.py, lru/train.py) sets no dtype (JAX's
+  # float32), and the recurrence's |λ| close to 1 needs it; kept on every backend to match its runs
+  c.precision = "float32"
   c.protocol = "lru"
   h, _, total, batch, factor, dropout, *_ = RECIPE[task]
   seq.mixer_model(c, task, mixer=MIXER, layers=6, width=h, norm="batch", prenorm=True, dropout=dropout,

@@ -29,7 +29,8 @@ Differences from the original (on purpose, or because the harness has no such la
   ``test_accuracy`` is that checkpoint's; MAD reports the last epoch's test accuracy, which is our
   ``test_accuracy_last``. MAD's early stop at test accuracy >= 0.999 is not implemented (runs go to the
   end).
-- The cosine schedule is per step and decays to 0, not per epoch to 1e-6; float32, not bf16.
+- The cosine schedule is per step and decays to 0, not per epoch to 1e-6; bfloat16 compute on a GPU or TPU as
+  MAD's ``precision='bf16'`` (``precision="auto"``), float32 on the CPU.
 - No split repeats a sequence of an earlier one (MAD only warns when test sequences occur in training).
 - The noisy generator guarantees one key-value pair among the context slots; MAD's guarantee could land
   on the final query slot, and a sequence of noise only then crashed its generator (docs/generators.md).
@@ -96,4 +97,8 @@ def sweep(task: str) -> dict[str, list[dict]]:
 
 
 def get_config(task: str = "in_context_recall") -> ml_collections.ConfigDict:
-  return protocol_config("mad", TASKS, task)
+  c = protocol_config("mad", TASKS, task)
+  # athms/mad-lab mad/configs.py MADConfig: precision 'bf16' (Lightning's bfloat16 mixed precision): "auto" is
+  # bfloat16 on GPU/TPU, float32 on the CPU
+  c.precision = "auto"
+  return c

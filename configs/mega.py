@@ -62,6 +62,9 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
 
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:
   c = lra.get_config(task)
+  # float32 as the original: facebookresearch/mega examples/mega/README.lra.md runs fairseq's train.py without
+  # --fp16/--bf16; kept on every backend to match its runs
+  c.precision = "float32"
   c.protocol = "mega"
   depth, d, ffn, _, _, _, norm, prenorm, batch, lr, dropout, wd, epochs = RECIPE[task]
   seq.mixer_model(c, task, mixer=MIXER, layers=depth, width=d, norm=norm, prenorm=prenorm, dropout=dropout,

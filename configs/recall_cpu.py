@@ -85,4 +85,6 @@ def sweep(task: str) -> dict[str, list[dict]]:
 
 
 def get_config(task: str = "mqar") -> ml_collections.ConfigDict:
-  return protocol_config("recall_cpu", TASKS, task)
+  c = protocol_config("recall_cpu", TASKS, task)
+  c.precision = "float32"  # a CPU study calibrated in float32, as zoology's original (configs/zoology.py)
+  return c

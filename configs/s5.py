@@ -69,6 +69,9 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
 
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:
   c = lra.get_config(task)
+  # float32 as the original: lindermanlab/S5 run_train.py and bin/run_experiments/run_lra_*.sh set no dtype
+  # (JAX's float32); kept on every backend to match its runs
+  c.precision = "float32"
   c.protocol = "s5"
   layers, h, _, _, batch, epochs, ssm_lr, factor, wd, dropout, _, _ = RECIPE[task]
   seq.mixer_model(c, task, mixer=MIXER, layers=layers, width=h, norm="batch", prenorm=True, dropout=dropout,

@@ -132,4 +132,9 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
 
 
 def get_config(task: str = "assoc_recall") -> ml_collections.ConfigDict:
-  return protocol_config("seq_icl", TASKS, task)
+  c = protocol_config("seq_icl", TASKS, task)
+  # float32: the committed study (reports/cpu_seq_icl) ran float32 on a CPU and compared against the original's
+  # own code run on a CPU in PyTorch's float32 (scripts/seq_icl_torch_crosscheck.py); the original's trainer precision
+  # at ec42595 was not read for this preset
+  c.precision = "float32"
+  return c

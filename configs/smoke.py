@@ -18,6 +18,9 @@ from configs import lra
 def shrink(c: ml_collections.ConfigDict) -> None:
   """Tiny model and schedule shared by every task."""
   c.protocol = "smoke"
+  # float32 on every backend: a plumbing check whose numbers (and the learning tests' bars, tests/test_learning.py)
+  # were made in float32 on a CPU; the cpu protocol inherits it (docs/cpu_protocol.md's calibration)
+  c.precision = "float32"
   c.model.num_layers = 2
   c.model.num_heads = 2
   c.model.emb_dim = 32

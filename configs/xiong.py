@@ -14,7 +14,8 @@ different on purpose: MEAN pooling averages the real tokens (the original's ``in
 the sum over real tokens by the padded length), and the Q/K/V/output projections have no bias (the
 original's ``nn.Linear`` layers had one) and this encoder's initialisers (PyTorch's defaults there).
 The original trained in mixed precision (``run_tasks.py``: float16 autocast with a gradient scaler, the
-attention cores themselves in float32); these runs are float32 throughout.
+attention cores themselves in float32); these runs compute in bfloat16 on a GPU or TPU (``precision="auto"``,
+softmax, norms and the loss in float32, no loss scaling) and in float32 on the CPU.
 
   lra-bench train --task text --attention vanilla --protocol xiong --workdir runs/text_xiong
 """
@@ -126,6 +127,9 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
 
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:
   c = lra.get_config(task)
+  # mlpen/Nystromformer LRA/code/run_tasks.py: float16 autocast with a gradient scaler; bfloat16 on GPU/TPU is
+  # the harness's mixed precision (no loss scaling needed), float32 on the CPU
+  c.precision = "auto"
   c.protocol = "xiong"
   c.model.num_layers = 2
   c.model.num_heads = 2

@@ -169,4 +169,8 @@ def protocol_config(protocol: str, tasks: dict, task: str) -> ml_collections.Con
 
 
 def get_config(task: str = "mqar") -> ml_collections.ConfigDict:
-  return protocol_config("zoology", TASKS, task)
+  c = protocol_config("zoology", TASKS, task)
+  # float32 as the original: HazyResearch/zoology zoology/train.py trains without autocast (float32 PyTorch);
+  # kept on every backend to match its runs (recall_cpu keeps it too)
+  c.precision = "float32"
+  return c

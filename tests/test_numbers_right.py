@@ -239,6 +239,8 @@ def test_test_accuracy_is_the_test_split_with_the_best_validation_parameters(lis
       compiled_memory_bytes=analysis["compiled_memory_bytes"], flops_per_step=analysis["flops"], max_length=64,
       batch_size=8, backend=jax.default_backend(), device_kind=jax.devices()[0].device_kind, num_devices=1,
       num_processes=1, per_device_batch_size=8, accumulate_steps=1, precision="float32",
+      compute_dtype="float32", matmul_precision="default (cpu: float32)", attention_implementation=None,
+      attention_dropout=None,
       versions=results.versions(), git_sha=results.git_sha(), config=config.to_dict(),
       config_hash=results.config_hash(config))
   assert set(expected) == set(results.FIELDS) - {"wall_seconds"}

@@ -19,6 +19,10 @@ For every (attention, length) point:
   is the device's measured peak (``memory_stats()["peak_bytes_in_use"]``), None where the backend
   reports none (CPU) or where it cannot be told apart from an earlier point's (see ``device_peak``);
   ``peak_rss_bytes`` is the host process's peak resident memory (isolated points only);
+- what ran: ``compute_dtype`` and ``matmul_precision`` (``precision="auto"`` resolved on the device),
+  ``attention_implementation`` (``flash``: its kernel, checked in the compiled program) and ``attention_dropout``;
+  on a GPU (``FUSED_KERNEL_BACKENDS``) ``flash`` is timed without attention dropout in modes train and core,
+  since the fused kernels have none (with it the explicit path would be timed), and its record says 0;
 - running out of memory is a data point (status ``oom``), and so is any other failure (``failed``, e.g.
   a timeout); once an attention runs out of memory, its longer lengths are recorded as ``oom`` unrun.
 
@@ -97,6 +101,10 @@ def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str
     c.bench.compile_only = compile_only  # FLOPs and compiled memory only; no step is run
     c.bench.device_kind = device_kind    # part of the hash: a point is measured once per device kind
     _length_bound(c, length + (1 if c.model.pooling == "CLS" else 0))
+    if attention == "flash" and mode != "inference" and fused_kernel_device():
+      # the fused kernels have no attention dropout (attention_zoo/flash.py): with it, flash would time the
+      # explicit path; the record's attention_dropout says 0 ran (overrides still win)
+      c.model.attention_dropout_rate = 0.0
     if kwargs_of is None:
       # a one-way mixer (lru) runs bidirectional, the encoder setting of every attention timed here
       config_lib.apply_settings(c, _sequence_models.encoder_settings(c))
@@ -173,6 +181,29 @@ def time_steps(step, args, *, warmup_steps: int, repeats: int) -> list[float]:
   return times
 
 
+# Backends with a fused attention kernel (cuDNN, Pallas/Triton): a flash point there is timed without attention
+# dropout (``bench_config``).
+FUSED_KERNEL_BACKENDS = ("gpu",)
+
+
+def fused_kernel_device() -> bool:
+  """Whether this process's backend has a fused attention kernel (``FUSED_KERNEL_BACKENDS``)."""
+  from lra_bench.training import steps
+
+  return steps.backend() in FUSED_KERNEL_BACKENDS
+
+
+def what_ran(config: ml_collections.ConfigDict, *, training: bool, compiled=None) -> dict[str, Any]:
+  """The record fields that say how a point computed: ``compute_dtype``, ``matmul_precision`` and, for
+  ``flash``, ``attention_implementation`` (``models.attention_implementation``, checked against the compiled
+  program's text)."""
+  from lra_bench.training import models, steps
+
+  text = compiled.as_text() if compiled is not None and config.model.attention == "flash" else None
+  return {**steps.precision_fields(config), "attention_implementation": models.attention_implementation(
+      config.model, steps.compute_dtype(config), training=training, compiled_text=text)}
+
+
 def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Compiles (and unless ``compile_only`` times) one point; raises on failure."""
   import jax
@@ -214,7 +245,8 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
     args = (state.params, state.model_state, batch)
   start = time.perf_counter()
   compiled = fn.lower(*args).compile()
-  out = {"compile_seconds": time.perf_counter() - start, "num_params": num_params}
+  out = {"compile_seconds": time.perf_counter() - start, "num_params": num_params,
+         **what_ran(config, training=mode == "train", compiled=compiled)}
   analysis = xla_stats.cost_analysis(compiled)
   out.update(flops_per_step=analysis["flops"], compiled_memory_bytes=analysis["compiled_memory_bytes"],
              compiled_temp_bytes=analysis["temp_bytes"])
@@ -358,7 +390,8 @@ def _compile_and_time(config: ml_collections.ConfigDict, step, args, what: str, 
   b, length = config.batch_size, config.data.max_length
   start = time.perf_counter()
   compiled = jax.jit(step).lower(*args).compile()
-  out = {"compile_seconds": time.perf_counter() - start, "init_seconds": init_seconds, "num_params": num_params}
+  out = {"compile_seconds": time.perf_counter() - start, "init_seconds": init_seconds, "num_params": num_params,
+         **what_ran(config, training=True, compiled=compiled)}  # forward + backward with deterministic=False
   analysis = xla_stats.cost_analysis(compiled)
   out.update(flops_per_step=analysis["flops"], compiled_memory_bytes=analysis["compiled_memory_bytes"],
              compiled_temp_bytes=analysis["temp_bytes"])

@@ -43,7 +43,8 @@ FIELDS = (
     "train_steps", "num_params", "steps_per_second", "examples_per_second", "compile_seconds", "wall_seconds",
     "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length", "batch_size",
     "backend", "device_kind", "num_devices", "num_processes", "per_device_batch_size", "accumulate_steps",
-    "precision", "versions", "git_sha", "config", "config_hash",
+    "precision", "compute_dtype", "matmul_precision", "attention_implementation", "attention_dropout",
+    "versions", "git_sha", "config", "config_hash",
 )
 
 
@@ -59,7 +60,8 @@ NUMBERS = ("test_accuracy", "test_accuracy_last", "test_loss", "test_examples", 
            "wall_seconds", "peak_memory_bytes", "compiled_memory_bytes", "flops_per_step", "max_length",
            "batch_size", "num_devices", "num_processes", "step_seconds_median", "step_seconds_q25",
            "step_seconds_q75", "peak_rss_bytes")
-TEXTS = ("error", "config_hash", "attention_module", "layer_kind", "mode")
+TEXTS = ("error", "config_hash", "attention_module", "layer_kind", "mode", "compute_dtype", "matmul_precision",
+         "attention_implementation")
 
 
 def _is_number(value: Any, integer: bool = False) -> bool:
@@ -406,10 +408,20 @@ def vs_preset(record: dict[str, Any]) -> dict[str, Any] | None:
     return {"problem": f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"}
 
 
+def precision_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """``compute_dtype`` and ``matmul_precision`` of ``config`` on this process's backend (``steps.precision_fields``:
+  "auto" resolved), for a record whose run did not measure them (a failure before its first step)."""
+  from lra_bench.training import steps
+
+  return steps.precision_fields(config)
+
+
 def train_record(config: ml_collections.ConfigDict, status: str, *, workdir: str, data_dir: str,
                  **fields: Any) -> dict[str, Any]:
   """The record of one training run of ``config`` (``fields``: its measurements, or its ``error``), with
-  ``vs_preset``: how its config differs from its protocol's preset."""
+  ``vs_preset``: how its config differs from its protocol's preset. ``compute_dtype`` / ``matmul_precision``
+  are the run's (``loop``'s measurements), else this process's for the config (``precision_fields``)."""
+  fields = {**precision_fields(config), **fields}
   record = make_record(status=status, task=config.task, attention=config.model.attention,
                        layer_kind=layer_kind(config.model.attention),
                        attention_module=attention_module(config.model.attention), protocol=config.protocol,
@@ -429,6 +441,17 @@ def bench_key_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 def bench_record(config: ml_collections.ConfigDict, **measurements: Any) -> dict[str, Any]:
-  """The record of one benchmark point (``measurements`` include its ``status``)."""
+  """The record of one benchmark point (``measurements`` include its ``status``; ``compute_dtype`` /
+  ``matmul_precision`` / ``attention_dropout`` are the point's, else this process's for the config)."""
+  measurements = {**precision_fields(config), "attention_dropout": attention_dropout(config), **measurements}
   return make_record(**bench_key_fields(config), attention_module=attention_module(config.model.attention),
                      layer_kind=layer_kind(config.model.attention), **measurements)
+
+
+def attention_dropout(config: ml_collections.ConfigDict) -> float:
+  """The attention dropout a benchmark point ran: its attention core's rate (``model.attention_kwargs.dropout_rate``,
+  else ``model.attention_dropout_rate``) in the modes that run dropout (``train``, ``core``), 0 in ``inference``
+  (deterministic)."""
+  if config.bench.mode == "inference":
+    return 0.0
+  return float(config.model.attention_kwargs.get("dropout_rate", config.model.attention_dropout_rate))

@@ -43,7 +43,10 @@ from lra_bench.training.values import FLOAT, INT, check_choice, check_number, fa
 from tasks.base import MAX_SEED, PREPARE_RANGES
 
 OPEN_SECTIONS = ("model.attention_kwargs", "data.options", "data.prepare")
-PRECISIONS = ("float32", "bfloat16")  # compute dtype; parameters, softmax, norms and the loss stay float32
+# ``precision``: the compute dtype (activations and matmuls; parameters, optimizer state, softmax, norms and the
+# loss stay float32). "auto" is resolved when the run starts (``steps.compute_dtype``): bfloat16 on a GPU or TPU,
+# float32 on the CPU; the records name what ran (``compute_dtype``). docs/usage.md, "Precision".
+PRECISIONS = ("auto", "float32", "bfloat16")
 # Keys that say what a run is: they come from load_config's arguments (the --protocol / --task flags),
 # never from an override, so a 60-step smoke run cannot be relabelled as an LRA run.
 FIXED_KEYS = {"protocol": "--protocol", "task": "--task"}
@@ -270,7 +273,7 @@ _OPEN_HIGH = {"model.dropout_rate", "model.attention_dropout_rate", "model.embed
 # protocols' configs).
 BOOL_KEYS = ("model.mlp", "model.tie_embeddings", "model.dropout_broadcast_time", "model.share_attention_core",
              "model.residual_init_rescale", "model.attention_bias", "model.residual_dropout", "model.final_norm",
-             "model.identity_state_mixer")
+             "model.identity_state_mixer", "model.remat")
 # The input pipelines (``data.pipeline``, default "tf"): tf.data, or in-memory numpy arrays without
 # TensorFlow (``tasks.base.ArrayBatches``; the tasks whose data are generated locally).
 PIPELINES = ("tf", "numpy")
@@ -288,6 +291,8 @@ OPTIONAL_KEYS: dict[str, type] = {
     "model.token_embedding": str, "model.head_activation": str, "model.head_dropout_rate": float,
     "model.dual_features": str, "model.batch_norm_momentum": float, "model.identity_state_mixer": bool,
     "model.first_real_id": int,
+    # rematerialisation: each encoder block's activations are recomputed in the backward pass (models.Encoder)
+    "model.remat": bool,
     "data.pipeline": str,
     "optimizer.ssm_learning_rate": float, "optimizer.ssm_weight_decay": float, "optimizer.cosine_floor": float,
     "optimizer.param_groups": str,
@@ -358,7 +363,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if present:
       check_number(key, value, kind, low, high, allowed, key in _OPEN_LOW, key in _OPEN_HIGH)
   if config.precision not in PRECISIONS:
-    raise ConfigError(f"unknown precision {config.precision!r}; expected one of {PRECISIONS}")
+    raise ConfigError(f"unknown precision {config.precision!r}; expected one of {', '.join(PRECISIONS)}")
   if config.param_sharding not in parallel.PARAM_SHARDINGS:
     raise ConfigError(f"unknown param_sharding {config.param_sharding!r}; expected one of "
                       f"{parallel.PARAM_SHARDINGS}")

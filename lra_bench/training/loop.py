@@ -41,7 +41,7 @@ import tasks as tasks_lib
 from lra_bench import files
 from lra_bench.errors import UserError
 from lra_bench.training import objectives as objectives_lib
-from lra_bench.training import optim, parallel, pretrain, steps, xla_stats
+from lra_bench.training import models, optim, parallel, pretrain, steps, xla_stats
 from lra_bench.training.checkpoints import Checkpoints, iterator_checkpoint
 
 
@@ -362,15 +362,21 @@ class Run:
     self.compiled, self.compile_seconds, self.analysis = compile_train_step(self.placed, self.state,
                                                                             global_shapes)
     xla_stats.check_fits(self.compiled, "train step", steps.MEMORY_FIX)  # before the allocator aborts
+    # what computes a flash model's attention in the train step (its text is read only for flash)
+    self.attention_implementation = models.attention_implementation(
+        config.model, steps.compute_dtype(config), training=True,
+        compiled_text=self.compiled.as_text() if config.model.attention == "flash" else None)
     self.workdir = workdir
     self.writer = _summary_writer(workdir)
     self.schedule = optim.learning_rate_schedule(config.optimizer)
 
   def _log_setup(self) -> None:
     c, layout = self.config, self.layout
-    logging.info("task %s, attention %s, protocol %s, seed %d, precision %s; %d device(s) in %d process(es): "
-                 "batch %d = %d accumulation step(s) x %d device(s) x %d per device; devices %s", c.task,
-                 c.model.attention, c.protocol, c.seed, c.precision, self.mesh.size, jax.process_count(),
+    precision = steps.precision_fields(c)
+    logging.info("task %s, attention %s, protocol %s, seed %d, precision %s (%s), matmuls %s; %d device(s) in %d "
+                 "process(es): batch %d = %d accumulation step(s) x %d device(s) x %d per device; devices %s", c.task,
+                 c.model.attention, c.protocol, c.seed, precision["compute_dtype"], c.precision,
+                 precision["matmul_precision"], self.mesh.size, jax.process_count(),
                  c.batch_size, c.accumulate_steps, self.mesh.size, layout["per_device_batch_size"],
                  self.mesh.devices.tolist())
 
@@ -554,7 +560,8 @@ class Run:
         "examples_per_second": speed * c.batch_size if speed else None,
         "compile_seconds": self.compile_seconds, "num_devices": self.mesh.size,
         "num_processes": jax.process_count(), "per_device_batch_size": self.layout["per_device_batch_size"],
-        "accumulate_steps": c.accumulate_steps, "precision": c.precision,
+        "accumulate_steps": c.accumulate_steps, "precision": c.precision, **steps.precision_fields(c),
+        "attention_implementation": self.attention_implementation,
         "wall_seconds": self.wall_seconds(), "peak_memory_bytes": xla_stats.peak_memory_bytes(),
         "compiled_memory_bytes": self.analysis["compiled_memory_bytes"],
         "compiled_temp_bytes": self.analysis["temp_bytes"], "flops_per_step": self.analysis["flops"],

@@ -266,6 +266,37 @@ def sequence_layer(block: nn.Module, c, mask, deterministic: bool, *, dtype=jnp.
   return layer, gated
 
 
+# What the records' ``attention_implementation`` says of a ``flash`` model whose answer is "cudnn" when the
+# compiled program holds no cuDNN fused-attention call (XLA's custom-call targets ``__cudnn$fmha...``).
+CUDNN_NOT_FOUND = "cudnn (not found in compiled program)"
+CUDNN_FMHA_TARGET = "__cudnn$fmha"
+
+
+def attention_implementation(c, dtype, *, training: bool, compiled_text: str | None = None,
+                             backend: str | None = None) -> str | None:
+  """What computes the attention of a model whose layer is ``flash`` (the records' ``attention_implementation``);
+  None for every other layer. ``c``: the ``model`` ConfigDict; ``dtype``: the compute dtype.
+
+  The answer is ``attention_zoo.flash.resolve_implementation(core config, dtype, backend)`` ("cudnn", "pallas",
+  "xla", "blockwise", "explicit (training dropout)"), asked of the core as the model builds it: with its
+  attention dropout when ``training`` (the train step), without it otherwise (evaluation is deterministic).
+  "cudnn" is checked against ``compiled_text`` (the compiled program's ``as_text()``) when given: without a
+  cuDNN fused-attention custom call there, ``CUDNN_NOT_FOUND``.
+  """
+  if c.attention != "flash":
+    return None
+  from attention_zoo import flash  # the one layer this describes; imported where it is asked about
+
+  kwargs = dict(c.attention_kwargs)
+  rate = kwargs.pop("dropout_rate", c.attention_dropout_rate)  # as MultiHeadAttention creates the core
+  rate = rate if training else 0.0
+  core = attention_zoo.layer_config("flash", dropout_rate=rate, **kwargs)
+  name = flash.resolve_implementation(core, dtype, backend)
+  if name == "cudnn" and compiled_text is not None and CUDNN_FMHA_TARGET not in compiled_text:
+    return CUDNN_NOT_FOUND
+  return name
+
+
 def check_layer_output(name: str, out: Any, x: jax.Array) -> None:
   """Raises ``CoreOutputError`` unless a sequence layer returned ``[B, L, E]`` in its input's dtype."""
   config = attention_zoo.layer_config(name)
@@ -364,8 +395,12 @@ class Encoder(nn.Module):
                          f"block (attention cores); {c.attention!r} is not one")
       shared = attention_zoo.create_layer(c.attention, dropout_rate=c.attention_dropout_rate,
                                           **dict(c.attention_kwargs)).clone(parent=self, name="shared_core")
+    # ``model.remat``: each block's activations are recomputed in the backward pass instead of kept (the
+    # parameters, their names and the values are the same); ``deterministic`` (argument 3, after the module
+    # itself) is static, a Python bool that picks the dropout branches
+    block = nn.remat(EncoderBlock, static_argnums=(3,)) if c.get("remat", False) else EncoderBlock
     for i in range(c.num_layers):
-      x = EncoderBlock(c, self.dtype, name=f"block_{i}", shared_core=shared)(x, mask, deterministic)
+      x = block(c, self.dtype, name=f"block_{i}", shared_core=shared)(x, mask, deterministic)
     if c.get("norm_position", "pre") == "post":  # every block ended in a norm (S4's encoder has no final one)
       return x, mask
     if not c.get("final_norm", True):  # S5's and minimal-LRU's encoders end with the last block

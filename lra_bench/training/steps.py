@@ -159,9 +159,62 @@ def eval_step(params, model_state, batch: dict[str, jax.Array], *, model: nn.Mod
   return sums
 
 
+# ``precision="auto"``: the compute dtype per backend (``jax.default_backend()``); any other backend: float32.
+AUTO_PRECISION = {"gpu": "bfloat16", "tpu": "bfloat16", "cpu": "float32"}
+
+
+def backend() -> str:
+  """The platform the run computes on (``jax.default_backend()``; one function, so tests can replace it)."""
+  return jax.default_backend()
+
+
+def resolve_precision(precision: str, platform: str | None = None) -> str:
+  """The dtype name ``precision`` means on ``platform`` (default: ``backend()``): "auto" is bfloat16 on a GPU or
+  TPU and float32 on the CPU (``AUTO_PRECISION``); "float32" and "bfloat16" are themselves."""
+  if precision != "auto":
+    return precision
+  return AUTO_PRECISION.get(platform or backend(), "float32")
+
+
 def compute_dtype(config: ml_collections.ConfigDict):
-  """Activation/matmul dtype of ``config.precision`` (parameters, softmax, norms and loss stay float32)."""
-  return jnp.dtype(config.precision)
+  """Activation/matmul dtype of ``config.precision``, resolved on this backend (``resolve_precision``);
+  parameters, optimizer state, softmax, norms and the loss stay float32."""
+  return jnp.dtype(resolve_precision(config.precision))
+
+
+def matmul_precision(platform: str | None = None) -> str:
+  """What multiplies a run's float32 matmuls (the records' ``matmul_precision``; docs/usage.md, "Precision"):
+
+  - ``jax_default_matmul_precision`` when it is set (``--jax_default_matmul_precision``, ``JAX_DEFAULT_MATMUL_
+    PRECISION`` or ``jax.default_matmul_precision(...)``): its value, e.g. "highest", "tensorfloat32";
+  - else "default (<what>)": ``cpu: float32`` (XLA's CPU multiplies float32 in float32); ``tf32 on gpu`` (an
+    NVIDIA GPU of compute capability >= 8.0: XLA runs float32 dots in TF32 at the default precision);
+    ``gpu: float32`` (an older GPU); ``tpu: bfloat16 passes`` (the TPU's default precision); the backend's
+    name otherwise.
+
+  The compute dtype is its own field: a bfloat16 run's dense layers multiply bfloat16 inputs whatever the
+  setting; the setting decides every dot of a float32 run and a bfloat16 run's float32 dots (the cores and
+  heads that compute in float32).
+  """
+  setting = jax.config.jax_default_matmul_precision
+  if setting:
+    return str(setting).lower()
+  platform = platform or backend()
+  if platform == "gpu":
+    capability = getattr(jax.devices()[0], "compute_capability", None)
+    try:
+      major = int(str(capability).split(".")[0])
+    except ValueError:  # an unknown (non-NVIDIA) GPU
+      return "default (gpu)"
+    return "default (tf32 on gpu)" if major >= 8 else "default (gpu: float32)"
+  return {"cpu": "default (cpu: float32)", "tpu": "default (tpu: bfloat16 passes)"}.get(platform,
+                                                                                        f"default ({platform})")
+
+
+def precision_fields(config: ml_collections.ConfigDict) -> dict[str, str]:
+  """The records' ``compute_dtype`` (the resolved dtype's name) and ``matmul_precision`` of ``config`` on this
+  backend."""
+  return {"compute_dtype": compute_dtype(config).name, "matmul_precision": matmul_precision()}
 
 
 def example_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
