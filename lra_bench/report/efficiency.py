@@ -15,7 +15,8 @@ import pandas as pd
 from attention_zoo.registry import FAMILIES, attention_family
 from lra_bench.experiments import results
 from lra_bench.report.plots import fit_slope
-from lra_bench.report.reference import number, paper_name
+from lra_bench.report.reference import (FLA_LAYERS, load_device_peaks, load_fla_reference,
+                                        load_flash_reference, number, paper_name)
 from lra_bench.report.tables import Table
 
 
@@ -35,6 +36,18 @@ def point_label(record: dict) -> str:
   return record["attention"] + RECURRENT_SUFFIX if kwargs.get("mode") == "recurrent" else record["attention"]
 
 
+def _compute_dtype(record: dict) -> tuple[str | None, str | None]:
+  """(the dtype a point computed in, the field it was read from): the record's ``compute_dtype``, else its
+  ``precision``, else its config's ``precision`` (records written before ``compute_dtype`` existed); a
+  value of ``"auto"`` (resolved at run time) counts as not recorded."""
+  config = record.get("config") or {}
+  for value, field in ((record.get("compute_dtype"), "compute_dtype"), (record.get("precision"), "precision"),
+                       (config.get("precision"), "config precision")):
+    if isinstance(value, str) and value and value != "auto":
+      return value, field
+  return None, None
+
+
 def bench_frame(records: Sequence[dict]) -> pd.DataFrame:
   """One row per benchmark point (latest record of each). ``memory_bytes`` (the plots' memory) is the XLA
   compiled estimate on every backend, so curves from a CPU and a GPU run mean the same thing."""
@@ -45,6 +58,7 @@ def bench_frame(records: Sequence[dict]) -> pd.DataFrame:
     heads, qkv_dim = model.get("num_heads"), model.get("qkv_dim")
     dropout = model.get("attention_dropout_rate")
     head_dim = qkv_dim // heads if isinstance(heads, int) and isinstance(qkv_dim, int) and heads else None
+    precision = _compute_dtype(r)
     rows.append({"attention": point_label(r), "family": attention_family(r["attention"]), "mode": r.get("mode"),
                  "batch_size": r.get("batch_size"), "num_heads": heads, "head_dim": head_dim,
                  "attention_dropout": float(dropout) if isinstance(dropout, (int, float)) else None,
@@ -56,7 +70,11 @@ def bench_frame(records: Sequence[dict]) -> pd.DataFrame:
                  "peak_memory_bytes": r.get("peak_memory_bytes"), "peak_rss_bytes": r.get("peak_rss_bytes"),
                  "compiled_memory_bytes": r.get("compiled_memory_bytes"), "memory_bytes": memory,
                  "memory_source": COMPILED_MEMORY if memory else None, "flops_per_step": r.get("flops_per_step"),
-                 "compile_seconds": r.get("compile_seconds"), "error": r.get("error")})
+                 "compile_seconds": r.get("compile_seconds"), "error": r.get("error"),
+                 "compute_dtype": precision[0], "compute_dtype_from": precision[1],
+                 "matmul_precision": r.get("matmul_precision"),
+                 "attention_implementation": r.get("attention_implementation"),
+                 "causal": bool((model.get("attention_kwargs") or {}).get("causal", False))})
   columns = ["attention", "mode", "batch_size", "backend", "device_kind", "length", "status"]
   return pd.DataFrame(rows, columns=columns if not rows else None)
 
@@ -104,6 +122,9 @@ class EfficiencyGroup:
   # Set where records of the same mode, batch and device ran with different attention dropout rates:
   # then each rate is its own group, and the file names say which (a point's cost depends on it).
   attention_dropout: float | None = None
+  checks: Table | None = None                # time, ratio to flash, FLOP/s and fraction of peak (``checks_table``)
+  checks_frame: pd.DataFrame | None = None   # the same as numbers (its CSV)
+  anchors: list[Table] = dataclasses.field(default_factory=list)  # the published anchors (``anchors_tables``)
 
   @property
   def stem(self) -> str:
@@ -315,10 +336,27 @@ def describe(mode: str, batch: int, device: str, frame: pd.DataFrame) -> tuple[s
   return what, f"LRA Text model (4 layers, emb 256, 4 heads, mlp 1024), batch {batch}{dropout}, {device}"
 
 
-def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> list[EfficiencyGroup]:
+@dataclasses.dataclass
+class Anchors:
+  """The published numbers the efficiency report sets beside its rows (``reference``'s loaders)."""
+  flash: pd.DataFrame
+  fla: pd.DataFrame
+  peaks: pd.DataFrame
+
+  @classmethod
+  def load(cls, reference_dir: str | None = None) -> "Anchors":
+    return cls(load_flash_reference(reference_dir), load_fla_reference(reference_dir),
+               load_device_peaks(reference_dir))
+
+
+def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame,
+                      anchors: Anchors | None = None) -> list[EfficiencyGroup]:
+  """One group per (mode, batch, device kind) (and attention dropout rate, where sweeps differ in it).
+  ``anchors``: the published anchors (default: the package's ``published/``)."""
   frame = bench_frame(records)
   if frame.empty:
     return []
+  anchors = anchors or Anchors.load()
   groups = []
   for (mode, batch, device), g_all in frame.groupby(["mode", "batch_size", "device_kind"], sort=True):
     rates = g_all.get("attention_dropout", pd.Series(dtype=float))
@@ -330,12 +368,16 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame) -> l
       parts = [(rate, g_all[rates == rate]) for rate in sorted(rates.dropna().unique())]
       parts += [(None, g_all[rates.isna()])] if rates.isna().any() else []  # points without a config
     for rate, g in parts:
-      groups.append(_efficiency_group(mode, batch, device, g, reference_eff, rate))
+      forward = frame[(frame["mode"] == "inference") & (frame.batch_size == batch) & (frame.device_kind == device)]
+      if rate is not None and "attention_dropout" in forward:
+        forward = forward[forward.attention_dropout == rate]
+      groups.append(_efficiency_group(mode, batch, device, g, reference_eff, rate, forward, anchors))
   return groups
 
 
 def _efficiency_group(mode: str, batch, device: str, g: pd.DataFrame, reference_eff: pd.DataFrame,
-                      attention_dropout: float | None) -> EfficiencyGroup:
+                      attention_dropout: float | None, forward: pd.DataFrame | None = None,
+                      anchors: Anchors | None = None) -> EfficiencyGroup:
   lengths = sorted(g.length.unique().tolist())
   attentions = sorted(g.attention.unique(),
                       key=lambda n: (n not in BASELINES, BASELINES.index(n) if n in BASELINES else 0, n))
@@ -364,9 +406,15 @@ def _efficiency_group(mode: str, batch, device: str, g: pd.DataFrame, reference_
                             f"{slope_note}", lengths, attentions, ("flops_per_step", "slope"))
   published = _published_efficiency(reference_eff, attentions) if mode == "train" else None
   crossovers = crossover_frame(g, attentions)
+  anchors = anchors or Anchors.load()
+  ordered = sorted(attentions, key=lambda a: (family_order(g.family).index(attention_family(
+      a.removesuffix(RECURRENT_SUFFIX))), a not in BASELINES, BASELINES.index(a) if a in BASELINES else 0, a))
+  has_forward = forward is not None and bool(len(forward)) and mode == "train"
+  checks = checks_frame(g, forward if has_forward else None, anchors.peaks, ordered)
   return EfficiencyGroup(mode, int(batch), device, g, speed, memory, flops, published, COMPILED_MEMORY,
                          peak_memory, crossover_table(crossovers, what, setting, lengths), crossovers, what,
-                         setting, attention_dropout)
+                         setting, attention_dropout, checks_table(checks, mode, what, setting, has_forward),
+                         checks, anchors_tables(checks, mode, setting, anchors.flash, anchors.fla))
 
 
 def _published_efficiency(reference_eff: pd.DataFrame, attentions: Sequence[str]) -> Table | None:
@@ -415,3 +463,278 @@ def scaling_series(frame: pd.DataFrame) -> dict[str, dict[str, list]]:
         "failed_length": g[g.status != "ok"].length.tolist(),
         "failed_status": g[g.status != "ok"].status.tolist()}
   return series
+
+
+# ----------------------------------------------------------------------------------------------------
+# Ratios a reader can check: time, ratio to flash, achieved FLOP/s against the device's peak and against
+# the published FlashAttention figures.
+
+FUSED_IMPLEMENTATIONS = ("cudnn", "pallas")  # attention_zoo/flash.py: the fused kernels of jax's attention
+
+
+def is_fused(implementation) -> bool:
+  """Whether a record's ``attention_implementation`` names a fused kernel (cuDNN's or the Pallas one)."""
+  return isinstance(implementation, str) and implementation.strip().lower() in FUSED_IMPLEMENTATIONS
+
+
+def row_label(attention: str, implementation) -> str:
+  """The name a point is shown under in the checks and anchors tables: ``flash`` only where its record says
+  the fused kernel ran, else ``flash (unfused: xla)`` / ``flash (unfused: not recorded)``."""
+  if attention != "flash" or is_fused(implementation):
+    return attention
+  shown = implementation if isinstance(implementation, str) and implementation else "not recorded"
+  return f"flash (unfused: {shown})"
+
+
+def fa2_attention_flops(batch: int, heads: int, length: int, head_dim: int, *, backward: bool = True,
+                        causal: bool = False) -> float:
+  """FlashAttention-2's FLOP count of exact attention (Dao 2023, Fig. 4's convention): 4·B·H·L²·D for the
+  forward pass (two matrix products), 2.5 times that for the backward pass (so 3.5 times for forward +
+  backward), halved when causal."""
+  total = 4.0 * batch * heads * length * length * head_dim * (3.5 if backward else 1.0)
+  return total / 2 if causal else total
+
+
+# ``matmul_precision`` values (the records' field, ``training.steps.matmul_precision``) under which float32
+# products run on TF32 tensor cores on an NVIDIA GPU, and as true float32. None (not recorded) on a GPU is
+# JAX's default there: TF32 on every GPU this project has used (compute capability >= 8.0).
+_TF32 = (None, "", "default", "default (tf32 on gpu)", "high", "tensorfloat32", "tf32")
+_FP32 = ("highest", "float32", "fp32", "default (gpu: float32)", "default (cpu: float32)")
+
+
+def peak_compute(dtype: str | None, matmul_precision, backend) -> tuple[str | None, str]:
+  """(the row of ``device_peak_flops.csv``'s ``compute`` column a point is held against, why): bfloat16 as
+  itself; float32 on a GPU at the default matmul precision as TF32 (XLA runs float32 dots on TF32 tensor
+  cores there), at ``highest`` as FP32; None where the dtype or the precision says nothing known."""
+  if not dtype:
+    return None, "compute dtype not recorded"
+  dtype = str(dtype).lower()
+  if dtype in ("bfloat16", "bf16"):
+    return "bfloat16", "bfloat16"
+  if dtype in ("float32", "fp32"):
+    precision = matmul_precision.lower() if isinstance(matmul_precision, str) else matmul_precision
+    if backend != "gpu" or precision in _FP32:
+      return "float32", "float32" + ("" if backend != "gpu" else f", matmul precision {matmul_precision}")
+    if precision in _TF32:
+      said = "not recorded (JAX's default)" if precision is None else precision
+      return "tf32", f"float32 at matmul precision {said} = TF32 tensor cores"
+    return None, f"float32 at matmul precision {matmul_precision}: no peak known"
+  return None, f"{dtype}: no peak known"
+
+
+def peak_flops(peaks: pd.DataFrame, device_kind, compute: str | None) -> tuple[float | None, str | None]:
+  """(peak FLOP/s, source) of ``device_kind`` (exact string) in ``compute``; (None, None) where unknown."""
+  if compute is None or peaks is None or peaks.empty:
+    return None, None
+  rows = peaks[(peaks.device_kind == device_kind) & (peaks.compute == compute)]
+  value = number(rows.iloc[0].peak_tflops) if len(rows) else None
+  return (value * 1e12, rows.iloc[0].source) if value is not None else (None, None)
+
+
+def _rate(flops_per_second: float | None) -> str:
+  if flops_per_second is None:
+    return "—"
+  for unit, size in (("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6)):
+    if flops_per_second >= size:
+      return f"{flops_per_second / size:.3g} {unit}"
+  return f"{flops_per_second:.3g} FLOP/s"
+
+
+def _seconds(value: float | None) -> str:
+  return "—" if value is None else f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+
+def _timed(point: pd.Series | None) -> float | None:
+  return _metric_value(point, "step_seconds_median")
+
+
+def checks_frame(g: pd.DataFrame, forward: pd.DataFrame | None, peaks: pd.DataFrame | None,
+                 attentions: Sequence[str]) -> pd.DataFrame:
+  """One row per (attention, length) of a group: forward time (the model's forward: an ``inference`` record
+  of the same batch and device; None in mode ``core``, which times forward + backward only), forward +
+  backward time (the group's median step), its ratio to ``flash`` at that length, the model's FLOP/s
+  (XLA's count / the median step) and its fraction of the device's peak (``peak_compute``), and for exact
+  attention timed alone (mode ``core``) FlashAttention-2's FLOP count and the FLOP/s it gives."""
+  rows = []
+  for a in attentions:
+    for length in sorted(g[g.attention == a].length.unique().tolist()):
+      p = _point(g, a, length)
+      step = _timed(p)
+      flash_point = _point(g, "flash", length)
+      flash = _timed(flash_point)
+      fwd = _timed(_point(forward, a, length)) if forward is not None and len(forward) else None
+      flops = _metric_value(p, "flops_per_step")
+      compute, compute_text = peak_compute(p.get("compute_dtype"), p.get("matmul_precision"), p.get("backend"))
+      peak, peak_source = peak_flops(peaks, p.get("device_kind"), compute)
+      model_rate = flops / step if flops is not None and step else None
+      exact = p.get("family") == "exact" and p.get("mode") == "core"
+      shape = [_number(p.get(k)) for k in ("batch_size", "num_heads", "head_dim")]
+      known = exact and all(v is not None for v in shape)
+      fa2 = fa2_attention_flops(*(int(v) for v in shape[:2]), int(length), int(shape[2]),
+                                causal=bool(p.get("causal"))) if known else None
+      rows.append({"attention": a, "label": row_label(a, p.get("attention_implementation")),
+                   "family": p.get("family"), "device_kind": p.get("device_kind"), "length": int(length),
+                   "batch_size": p.get("batch_size"), "num_heads": p.get("num_heads"), "head_dim": p.get("head_dim"),
+                   "causal": bool(p.get("causal")), "status": p["status"],
+                   "compile_only": bool(p["compile_only"]), "forward_seconds": fwd, "step_seconds": step,
+                   "vs_flash": _ratio(step, flash) if a != "flash" else None,
+                   "flash_status": None if flash_point is None else flash_point["status"],
+                   "flops_per_step": flops, "model_flops_per_second": model_rate,
+                   "compute_dtype": p.get("compute_dtype"), "compute_dtype_from": p.get("compute_dtype_from"),
+                   "matmul_precision": p.get("matmul_precision"), "peak_compute": compute,
+                   "peak_compute_note": compute_text, "peak_flops_per_second": peak, "peak_source": peak_source,
+                   "fraction_of_peak": model_rate / peak if model_rate is not None and peak else None,
+                   "attention_implementation": p.get("attention_implementation"),
+                   "fa2_attention_flops": fa2,
+                   "fa2_attention_flops_per_second": fa2 / step if fa2 is not None and step else None})
+  return pd.DataFrame(rows)
+
+
+def _status_text(row: dict) -> str | None:
+  if row["status"] != "ok":
+    return {"oom": "OOM"}.get(row["status"], row["status"])
+  return "compiled only" if row["compile_only"] else None
+
+
+def _says_nothing(cell: str) -> bool:
+  """A cell of ``checks_table`` that carries no measurement (a column of only these is left out)."""
+  return cell in ("", "—", "not recorded", "n/a: the step is the whole model") or cell.startswith("peak not known")
+
+
+def checks_table(checks: pd.DataFrame, mode: str, what: str, setting: str, has_forward: bool) -> Table:
+  """``checks_frame`` for display: one row per attention and length."""
+  step_title = "fwd+bwd+AdamW" if mode == "train" else "model forward" if mode == "inference" else "fwd+bwd"
+  columns = ["Attention", "L", "forward", step_title, "× flash", "model FLOP/s (XLA)", "of peak",
+             "attention FLOP/s (FA2 count)"]
+  rows = []
+  for r in checks.to_dict("records"):
+    status = _status_text(r)
+    if mode == "core":
+      forward = "not recorded"
+    elif mode == "inference":
+      forward = _seconds(r["step_seconds"]) if status is None else status
+    else:
+      forward = _seconds(_number(r["forward_seconds"])) if has_forward else "not recorded"
+    if status is not None and r["status"] != "ok":
+      rows.append([r["label"], str(r["length"]), forward if mode != "inference" else status, status, "", "", "", ""])
+      continue
+    step = _seconds(_number(r["step_seconds"])) if status is None else status
+    ratio = _number(r["vs_flash"])
+    fraction = _number(r["fraction_of_peak"])
+    model = _number(r["model_flops_per_second"])
+    if fraction is not None:
+      of_peak = f"{100 * fraction:.3g} %"
+    elif model is None:
+      of_peak = "—"
+    elif r["peak_compute"] is None:
+      of_peak = f"peak not known ({r['peak_compute_note']})"
+    else:
+      of_peak = "peak not known"
+    fa2 = _number(r["fa2_attention_flops_per_second"])
+    attention = _rate(fa2) if fa2 is not None else (
+        "—" if r["family"] != "exact" else "n/a: the step is the whole model" if mode != "core" else "—")
+    vs_flash = (f"{ratio:.2f}×" if ratio is not None else "flash OOM" if r["flash_status"] == "oom"
+                and r["attention"] != "flash" else "")
+    rows.append([r["label"], str(r["length"]), forward, step, vs_flash,
+                 _rate(model), of_peak, attention])
+  # a column that says nothing in any row (forward never recorded, no flash to compare with, no known peak,
+  # no exact attention timed alone) is left out; the caption says why
+  empty = [i for i in (2, 4, 6, 7) if all(_says_nothing(row[i]) for row in rows)]
+  columns = [c for i, c in enumerate(columns) if i not in empty]
+  rows = [[cell for i, cell in enumerate(row) if i not in empty] for row in rows]
+  used = checks.dropna(subset=["peak_flops_per_second"]).drop_duplicates(["peak_compute", "device_kind"])
+  peaks = "; ".join(f"{r.peak_compute_note}: peak {r.peak_flops_per_second / 1e12:g} TFLOP/s dense "
+                    f"({r.peak_source}, published/device_peak_flops.csv)" for r in used.itertuples())
+  notes = sorted({r["peak_compute_note"] for r in checks.to_dict("records") if r["peak_compute"] is None})
+  read_from = checks.get("compute_dtype_from", pd.Series(dtype=object)).dropna()
+  sources = sorted({f for f in read_from if f != "compute_dtype"})
+  dtype_text = (f"; compute dtype read from the record's {' / '.join(sources)} (compute_dtype not recorded)"
+                if sources else "")
+  forward_text = ("forward: not recorded (mode core times the core's forward + backward only; the bench has "
+                  "no forward-only core mode)" if mode == "core" else
+                  "forward: the model's forward (mode inference, same batch and device)" if has_forward else
+                  "forward: not recorded (no mode-inference record of this batch and device)"
+                  if mode == "train" else "forward: the model's forward (this mode)")
+  return Table(columns, rows, left=1, caption=(
+      f"Time, ratio to flash and achieved FLOP/s, {what}; {setting}. Median seconds per step; "
+      f"{forward_text}. × flash: the {step_title} time over flash's at the same length"
+      + ("" if (checks.get("attention", pd.Series(dtype=object)) == "flash").any() else " (no flash records here)")
+      + ". Model FLOP/s: XLA's "
+      "cost-analysis FLOPs per step over the median step time (XLA may not count the FLOPs inside a fused "
+      "custom call such as cuDNN's attention, so a fused flash can be understated). Of peak: that over the "
+      f"device's dense peak for the compute dtype{dtype_text}; "
+      + (peaks if peaks else "peak not known for this device (none is invented)")
+      + (f"; not held against a peak: {'; '.join(notes)}" if notes else "")
+      + ". Attention FLOP/s (exact attention timed alone, mode core): FlashAttention-2's count 4·B·H·L²·D "
+      "forward, ×3.5 forward + backward (the backward's 5 matrix products: FA2 recomputes the scores), ÷2 "
+      "causal, over the median time, the rate FA2's Fig. 4 prints for every implementation (Published "
+      "anchors). A flash row whose record does not say the fused kernel ran (attention_implementation cudnn "
+      "or pallas) is labelled flash (unfused: …)."))
+
+
+def _fa_value(flash_ref: pd.DataFrame, implementation: str, head_dim: int, length: int, causal: str = "false"):
+  rows = flash_ref[(flash_ref.implementation == implementation) & (flash_ref.head_dim == str(head_dim))
+                   & (flash_ref.seq_len == str(length)) & (flash_ref.causal == causal)
+                   & (flash_ref.direction == "fwd+bwd")]
+  if rows.empty:
+    return "—"
+  value = rows.iloc[0].tflops
+  return f"{value} TFLOP/s" if number(value) is not None else value or "not given"
+
+
+def anchors_tables(checks: pd.DataFrame, mode: str, setting: str, flash_ref: pd.DataFrame,
+                   fla_ref: pd.DataFrame) -> list[Table]:
+  """The "Published anchors": FlashAttention-2's forward + backward TFLOP/s per length beside our exact
+  rows' attention FLOP/s (FA2's count; mode core only, the measure FA2 reports), and fla's op timings as a
+  reference table of its own (causal, another device: not compared cell by cell)."""
+  tables = []
+  if flash_ref is not None and not flash_ref.empty:
+    fa2 = flash_ref[flash_ref.source == "dao_2023_fa2_fig4"]
+    lengths = sorted({int(n) for n in fa2.seq_len if n.isdigit()})
+    exact = checks[checks.family == "exact"] if len(checks) else checks
+    labels = list(dict.fromkeys(exact.label)) if len(exact) else []
+    head_dims = sorted({int(v) for v in exact.get("head_dim", pd.Series(dtype=float)).dropna()}) \
+        if "head_dim" in exact else []
+    columns = ["L", *[f"ours: {label}" for label in labels], "FA2 hd 64", "FA2 hd 128", "PyTorch standard hd 64"]
+    rows = []
+    for length in sorted(set(lengths) | set(exact.length.tolist() if len(exact) else [])):
+      ours = []
+      for label in labels:
+        hit = exact[(exact.label == label) & (exact.length == length)]
+        value = _number(hit.iloc[0].fa2_attention_flops_per_second) if len(hit) else None
+        ours.append(_rate(value) if value is not None else "—" if mode == "core" else "not comparable")
+      rows.append([str(length), *ours, _fa_value(fa2, "FlashAttention-2", 64, length),
+                   _fa_value(fa2, "FlashAttention-2", 128, length),
+                   _fa_value(fa2, "PyTorch standard attention", 64, length)])
+    fa3 = flash_ref[flash_ref.source == "shah_2024_fa3_sec4_1"]
+    fa3_text = "; ".join(f"{r.tflops} TFLOP/s {r.direction}" + (f" hd {r.head_dim} L {r.seq_len}" if r.seq_len else "")
+                         + f" ({r.note})" for r in fa3.itertuples())
+    ours_text = ("ours: attention FLOP/s with FA2's count (non-causal, head dim "
+                 f"{'/'.join(map(str, head_dims)) or 'not recorded'}; {setting})" if mode == "core" else
+                 f"ours: not comparable in mode {mode} (the step is the whole model, not the attention alone; "
+                 "`lra-bench bench --mode core` times the core alone)")
+    tables.append(Table(columns, rows, left=1, caption=(
+        "Published anchors: FlashAttention-2 forward + backward, non-causal (Dao 2023, Fig. 4: A100 80GB "
+        "SXM4, 16K tokens in all, hidden 2048; FLOPs 4·L²·D·H forward ×3.5) beside " + ours_text
+        + ". A different GPU and software: a row sits beside FA2's figure to show the order of magnitude, "
+        "not to rank. — : not in the figure / no record. "
+        + (f"FlashAttention-3 (Shah et al. 2024, §4.1, H100 SXM5, the same setup, forward only): {fa3_text}."
+           if fa3_text else ""))))
+  if fla_ref is not None and not fla_ref.empty:
+    ops = list(dict.fromkeys(fla_ref.op))
+    shapes = list(dict.fromkeys(zip(fla_ref.direction, fla_ref.batch, fla_ref.seq_len, fla_ref.heads,
+                                    fla_ref.head_dim)))
+    rows = []
+    for direction, b, t, h, d in shapes:
+      hit = fla_ref[(fla_ref.direction == direction) & (fla_ref.batch == b) & (fla_ref.seq_len == t)
+                    & (fla_ref.heads == h) & (fla_ref.head_dim == d)]
+      ms = {r.op: r.ms for r in hit.itertuples()}
+      rows.append([direction, b, t, h, d or "not given", *[ms.get(op, "—") for op in ops]])
+    first = fla_ref.iloc[0]
+    tables.append(Table(["direction", "B", "T", "H", "D", *[f"{op} ({FLA_LAYERS.get(op, '—')}) ms" for op in ops]],
+                        rows, left=1, caption=(
+        f"Published reference: fla's op timings (fla-org/flash-linear-attention README, {first.hardware}, "
+        f"{first.software}), milliseconds; in brackets our layer of the same recurrence. Causal kernels, "
+        "where our rows run non-causal (the LRA encoder is bidirectional) on other hardware and shapes: a "
+        "reference for the ratios between the layers, not a number to compare ours with.")))
+  return tables

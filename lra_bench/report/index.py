@@ -24,7 +24,7 @@ from tasks.progress import Progress
 from lra_bench.experiments import results
 from lra_bench.report import curves, plots, pretraining, recall, summary, viz
 from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
-from lra_bench.report.efficiency import (EfficiencyGroup, dropout_words, efficiency_groups, family_order,
+from lra_bench.report.efficiency import (Anchors, EfficiencyGroup, dropout_words, efficiency_groups, family_order,
                                          scaling_series)
 from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, OWN_PUBLISHED, SPT_FILE,
                                         TASK_TITLES, load_followups, load_reference, load_spt_reference,
@@ -160,7 +160,7 @@ def write_report(results_dir: str, out_dir: str, *, reference_dir: str | None = 
                + f"{', '.join(attention_zoo.list_layers())}.", "",
                *_environment(records), ""]
   names = list(attention_names or ())
-  groups = efficiency_groups(records, reference_eff)
+  groups = efficiency_groups(records, reference_eff, Anchors.load(reference_dir))
   steps = Progress(len(protocols) + 1 + len(groups) + len(names) + 1, "report", "steps", enabled=progress)
   try:
     _sections(out, steps, records, protocols, recall_records, groups, names, results_dir, out_dir, reference_dir,
@@ -335,8 +335,20 @@ def _efficiency_section(out: _Out, g: EfficiencyGroup) -> None:
          + ", ".join(f"[{out.rel(f[1])}]({out.rel(f[1])})" for f in figures) + ".", "",
          g.crossover.to_markdown(), "",
          f"Files: [{out.rel(crossover)}.csv]({out.rel(crossover)}.csv) (slopes and crossover lengths as "
-         f"numbers), [{out.rel(crossover)}.tex]({out.rel(crossover)}.tex).", "",
-         g.speed.to_markdown(), "", g.memory.to_markdown(), ""]
+         f"numbers), [{out.rel(crossover)}.tex]({out.rel(crossover)}.tex).", ""]
+  if g.checks is not None:
+    checks = os.path.join(out.directory, f"checks_{g.stem}")
+    g.checks_frame.to_csv(checks + ".csv", index=False)
+    out.written.append(checks + ".csv")
+    out.write(checks + ".tex", g.checks.to_latex())
+    md += ["### Time, ratio to flash and FLOP/s per length", "", g.checks.to_markdown(), "",
+           f"Files: [{out.rel(checks)}.csv]({out.rel(checks)}.csv) (every number of this table, with the shapes, "
+           f"the compute dtype and the peak it is held against), [{out.rel(checks)}.tex]({out.rel(checks)}.tex).",
+           ""]
+  if g.anchors:
+    md += ["### Published anchors", ""]
+    md += [line for t in g.anchors for line in (t.to_markdown(), "")]
+  md += [g.speed.to_markdown(), "", g.memory.to_markdown(), ""]
   md += [line for t in peak for line in (t.to_markdown(), "")] + [g.flops.to_markdown()]
   if g.published is not None:
     md += ["", g.published.to_markdown()]

@@ -6,7 +6,9 @@ memory), plus the Combiner paper's Table 5; ``lra_followups_accuracy.csv``: rows
 under other protocols (never merged into the LRA ranking); ``modern_layers_accuracy.csv``: the modern
 recurrent layers' published LRA rows (xLSTM Table 6, RWKV, HGRN, HGRN2, LION), each under its paper's own
 recipe (``protocol``), read with the follow-ups; ``spt_accuracy.csv``: self-pretraining (SPT) against
-training from scratch as published (``report.pretraining``). ``published/README.md`` describes each file and
+training from scratch as published (``report.pretraining``); ``flash_attention_tflops.csv``,
+``fla_op_timings.csv`` and ``device_peak_flops.csv``: the efficiency report's published anchors (FlashAttention-2
+and -3's TFLOP/s, fla's op timings) and the devices' peak FLOP/s. ``published/README.md`` describes each file and
 its sources. They are the report's input, so they ship with the package (``pyproject.toml``'s package data):
 an installed lra-bench finds them without the repository.
 """
@@ -434,3 +436,52 @@ def load_spt_reference(reference_dir: str | None = None) -> pd.DataFrame:
   if not os.path.exists(path):
     return pd.DataFrame(columns=SPT_COLUMNS)
   return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+# The published anchors of the efficiency report (``report.efficiency``): FlashAttention-2's and -3's
+# achieved TFLOP/s, fla's op timings, and the devices' peak FLOP/s (``published/README.md``).
+FLASH_FILE = "flash_attention_tflops.csv"
+FLASH_COLUMNS = ["source", "hardware", "setup", "implementation", "direction", "causal", "head_dim", "seq_len",
+                 "tflops", "note"]
+FLA_FILE = "fla_op_timings.csv"
+FLA_COLUMNS = ["source", "hardware", "software", "op", "direction", "causal", "batch", "seq_len", "heads",
+               "head_dim", "ms", "note"]
+PEAK_FILE = "device_peak_flops.csv"
+PEAK_COLUMNS = ["device_kind", "compute", "peak_tflops", "source", "note"]
+# fla's op -> our registered layer of the same recurrence (fla's ops are causal chunked kernels; ours run
+# bidirectional in the LRA encoder unless a protocol says otherwise).
+FLA_LAYERS = {"chunk_retention": "retnet", "chunk_gla": "gla", "chunk_gdn": "gated_deltanet", "flash_attn": "flash"}
+# Where each source's numbers were read (the CSVs' ``source`` column).
+ANCHOR_SOURCES = {
+    "dao_2023_fa2_fig4": "Dao, \"FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning\" "
+                         "(arXiv 2307.08691, 2023), Fig. 4",
+    "shah_2024_fa3_sec4_1": "Shah et al., \"FlashAttention-3: Fast and Accurate Attention with Asynchrony and "
+                            "Low-precision\" (arXiv 2407.08608, 2024), §4.1",
+    "fla_readme_benchmarks": "fla-org/flash-linear-attention README, \"Benchmarks\" (commit 01c4202)",
+    "nvidia_h100_datasheet": "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column)",
+    "nvidia_h200_datasheet": "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)",
+    "nvidia_a100_datasheet": "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column)",
+}
+
+
+def _load(name: str, columns: list[str], reference_dir: str | None) -> pd.DataFrame:
+  path = os.path.join(reference_dir or DEFAULT_REFERENCE_DIR, name)
+  if not os.path.exists(path):
+    return pd.DataFrame(columns=columns)
+  return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def load_flash_reference(reference_dir: str | None = None) -> pd.DataFrame:
+  """``flash_attention_tflops.csv`` as text (``FLASH_COLUMNS``; ``tflops`` empty = not given, ``OOM``)."""
+  return _load(FLASH_FILE, FLASH_COLUMNS, reference_dir)
+
+
+def load_fla_reference(reference_dir: str | None = None) -> pd.DataFrame:
+  """``fla_op_timings.csv`` as text (``FLA_COLUMNS``: one row per op, shape and direction, in ms)."""
+  return _load(FLA_FILE, FLA_COLUMNS, reference_dir)
+
+
+def load_device_peaks(reference_dir: str | None = None) -> pd.DataFrame:
+  """``device_peak_flops.csv`` as text (``PEAK_COLUMNS``): dense peak TFLOP/s per device kind (the exact
+  ``jax.Device.device_kind`` string) and compute (``bfloat16``, ``tf32``, ``float32``)."""
+  return _load(PEAK_FILE, PEAK_COLUMNS, reference_dir)
