@@ -57,8 +57,8 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
 
 def get_config(task: str = "listops") -> ml_collections.ConfigDict:
   c = lra.get_config(task)
-  # float32 as the original: NicolasZucchet/minimal-LRU (lru/model.py, lru/train.py) sets no dtype (JAX's
-  # float32), and the recurrence's |λ| close to 1 needs it; kept on every backend to match its runs
+  # float32 as the original: NicolasZucchet/minimal-LRU (read at bbd71b1: lru/train.py, lru/model.py) sets no
+  # dtype (JAX's float32), and the recurrence's |λ| close to 1 needs it; kept on every backend to match its runs
   c.precision = "float32"
   c.protocol = "lru"
   h, _, total, batch, factor, dropout, *_ = RECIPE[task]

@@ -133,8 +133,8 @@ def attention_settings(config: ml_collections.ConfigDict) -> dict:
 
 def get_config(task: str = "assoc_recall") -> ml_collections.ConfigDict:
   c = protocol_config("seq_icl", TASKS, task)
-  # float32: the committed study (reports/cpu_seq_icl) ran float32 on a CPU and compared against the original's
-  # own code run on a CPU in PyTorch's float32 (scripts/seq_icl_torch_crosscheck.py); the original's trainer precision
-  # at ec42595 was not read for this preset
+  # float32 as the original: berlino/seq_icl (read at 9b9223d) configs/trainer/default.yaml sets no precision
+  # (PyTorch Lightning's default 32) and configs/experiment/synthetics/*/ do not override it; the committed study
+  # (reports/cpu_seq_icl) and its cross-check (scripts/seq_icl_torch_crosscheck.py) ran float32 too
   c.precision = "float32"
   return c

@@ -35,7 +35,7 @@ PRESETS = {
     "mega": ("float32", "mega", "examples/mega/README.lra.md"),          # fairseq without --fp16
     "zoology": ("float32", "zoology", "zoology/train.py"),               # no autocast
     "recall_cpu": ("float32", "recall_cpu", "configs/zoology.py"),       # CPU study, as zoology
-    "seq_icl": ("float32", "seq_icl", "scripts/seq_icl_torch_crosscheck.py"),  # CPU study
+    "seq_icl": ("float32", "seq_icl", "configs/trainer/default.yaml"),   # Lightning's default 32
     "smoke": ("float32", "smoke", "tests/test_learning.py"),             # CPU plumbing, float32 calibration
     "cpu": ("float32", "smoke", "docs/cpu_protocol.md"),                 # inherits smoke's
 }
