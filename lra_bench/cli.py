@@ -428,7 +428,8 @@ def _add_bench(commands, common) -> None:
   p.add_argument("--batch_size", type=int_at_least(1), default=32, help="batch size (LRA Table 2: 32)")
   p.add_argument("--mode", choices=MODES, default="train",
                  help="train: the model's train step; inference: its forward pass; "
-                      "core: the attention core alone, forward + backward")
+                      "core: the attention core alone, forward + backward; core_forward: the same core's "
+                      "forward only (deterministic=False, as core)")
   p.add_argument("--repeats", type=int_at_least(1), default=10, help="timed steps per point (median, IQR)")
   p.add_argument("--warmup_steps", type=int_at_least(0), default=2, help="untimed steps after compilation")
   p.add_argument("--compile_only", action=BoolFlag, default=False, help="XLA FLOPs and compiled memory "

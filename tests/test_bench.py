@@ -194,6 +194,40 @@ def test_core_sweep_records_and_resume(tmp_path, fast_compile):
   assert again.done_before == 4 and again.counts == {}
 
 
+def test_core_forward_mode_on_the_command_line(tmp_path, fast_compile, capsys):
+  """``lra-bench bench --mode core_forward``: the core's forward alone (vanilla; lru, a sequence mixer timed
+  whole), one record per point beside the core mode's (another config hash), timed, with fewer XLA FLOPs
+  than the same point's forward + backward (a property of the two compiled programs, not of a clock)."""
+  from lra_bench import cli
+
+  for mode in ("core_forward", "core"):
+    args = cli.parse(["lra-bench", "bench", f"--mode={mode}", "--attentions=vanilla,lru", "--lengths=64",
+                      "--batch_size=1", "--repeats=2", "--warmup_steps=1", "--noisolate",
+                      f"--results_dir={tmp_path}", *[f"--set={item}" for item in TINY]])
+    assert cli.main(args) == 0
+    assert "2 ok" in capsys.readouterr().out
+  by_point = {(r["attention"], r["mode"]): r for r in results.load_records(str(tmp_path))}
+  assert len(by_point) == 4
+  for name in ("vanilla", "lru"):
+    forward, both = by_point[(name, "core_forward")], by_point[(name, "core")]
+    assert forward["kind"] == "bench" and forward["status"] == "ok" and forward["max_length"] == 64
+    assert len(forward["step_seconds"]) == 2 and forward["step_seconds_median"] > 0
+    assert forward["config_hash"] != both["config_hash"]
+    assert forward["num_params"] == both["num_params"]  # the same core, the same variables
+    assert forward["attention_dropout"] == both["attention_dropout"]  # deterministic=False in both modes
+    assert 0 < forward["flops_per_step"] < both["flops_per_step"], name
+    assert 0 < forward["compiled_memory_bytes"]
+
+
+def test_flash_on_a_fused_kernel_device_runs_without_dropout_in_both_core_modes(monkeypatch):
+  """Both core modes call the core with deterministic=False, so on a device with a fused kernel flash is timed
+  without attention dropout in each (the same flash forward and forward + backward); inference keeps the rate
+  (it runs none)."""
+  monkeypatch.setattr(bench, "fused_kernel_device", lambda: True)
+  rate = {mode: bench.bench_config("flash", 64, mode=mode).model.attention_dropout_rate for mode in bench.MODES}
+  assert rate["core"] == rate["core_forward"] == rate["train"] == 0.0 and rate["inference"] > 0
+
+
 def test_kwargs_of_times_each_layer_in_the_form_its_protocol_trains(tmp_path, fast_compile):
   """``kwargs_of="cpu"``: a layer of ``configs/cpu.py`` RECURRENT_ON_CPU is timed in its token-by-token form
   (a point of its own, labelled "(recurrent)" in the report), any other layer as without it; the side-by-side

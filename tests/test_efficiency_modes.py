@@ -25,3 +25,22 @@ def test_the_crossover_table_keeps_a_recurrent_row_in_its_layers_family():
   frame = efficiency.bench_frame([_record(None, 0.1), _record("recurrent", 0.5)])
   table = efficiency.crossover_frame(frame, ["gla", "gla (recurrent)"])
   assert table["family"].tolist() == ["linear-recurrent", "linear-recurrent"]
+
+
+def test_core_forward_records_are_the_forward_column_of_the_core_group_not_a_group():
+  """One group per (mode, batch, device), except ``core_forward``: its records fill the ``core`` group's forward
+  column (same batch, device, heads and attention dropout), beside the forward + backward time."""
+  import pandas as pd
+
+  def point(mode: str, seconds: float, **fields) -> dict:
+    return dict(_record(None, seconds), mode=mode, config_hash=mode, batch_size=1, device_kind="cpu",
+                backend="cpu", compile_only=False, **fields)
+
+  records = [point("core", 0.2), point("core_forward", 0.05), point("train", 1.0), point("inference", 0.3)]
+  groups = efficiency.efficiency_groups(records, pd.DataFrame())
+  assert [g.mode for g in groups] == ["core", "inference", "train"]
+  core = groups[0]
+  row = core.checks_frame.set_index("attention").loc["gla"]
+  assert row.forward_seconds == 0.05 and row.step_seconds == 0.2
+  assert core.checks.columns[2:4] == ["forward", "fwd+bwd"] and core.checks.rows[0][2:4] == ["50 ms", "200 ms"]
+  assert groups[2].checks_frame.set_index("attention").loc["gla"].forward_seconds == 0.3  # train: from inference

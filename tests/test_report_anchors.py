@@ -128,3 +128,38 @@ def test_the_matmul_precision_strings_records_write():
   assert efficiency.row_label("flash", "cudnn (not found in compiled program)") == \
       "flash (unfused: cudnn (not found in compiled program))"
   assert efficiency.row_label("flash", "explicit (training dropout)") == "flash (unfused: explicit (training dropout))"
+
+
+def test_a_core_group_takes_its_forward_column_from_the_matching_core_forward_records():
+  """A ``core_forward`` record is the forward column of the ``core`` point of the same batch, device, heads and
+  attention dropout (not a group of its own); its FA2 rate uses FA2's forward count, 4·B·H·L²·D."""
+  eight_heads = {"precision": "float32", "model": {"num_heads": 8, "qkv_dim": 256, "attention_kwargs": {}}}
+  records = [core_record("flash", 1024, 0.002, 3e10, compute_dtype="bfloat16", attention_implementation="cudnn"),
+             core_record("flash", 1024, 0.0005, 1e10, mode="core_forward", compute_dtype="bfloat16",
+                         attention_implementation="cudnn"),
+             core_record("vanilla", 1024, 0.004, 3e10, compute_dtype="bfloat16"),
+             # 8 heads of 32: another point than vanilla's 4 x 64, so not its forward
+             core_record("vanilla", 1024, 0.001, 1e10, mode="core_forward", compute_dtype="bfloat16",
+                         config=eight_heads)]
+  group, checks = checks_of(records)  # one group: the core_forward records are its forward column
+  assert group.mode == "core"
+  flash = checks.loc[("flash", 1024)]
+  assert flash.forward_seconds == 0.0005 and flash.step_seconds == 0.002
+  assert flash.fa2_forward_flops == 4 * 2 * 4 * 1024 ** 2 * 64
+  assert flash.fa2_forward_flops_per_second == 4 * 2 * 4 * 1024 ** 2 * 64 / 0.0005
+  assert flash.fa2_attention_flops_per_second == 7516192768.0 / 0.002  # fwd+bwd: still FA2's x3.5 count
+  assert pd.isna(checks.loc[("vanilla", 1024)].forward_seconds)
+  assert group.checks.columns == ["Attention", "L", "forward", "fwd+bwd", "× flash", "model FLOP/s (XLA)", "of peak",
+                                  "attention FLOP/s (FA2 count)", "forward attention FLOP/s (FA2 count)"]
+  rows = {r[0]: r for r in group.checks.rows}
+  assert rows["flash"][2:4] == ["0.5 ms", "2 ms"] and rows["flash"][8] == "4.29 TFLOP/s"
+  assert rows["vanilla"][2] == "—" and rows["vanilla"][8] == "—"
+  assert "the core's forward alone (mode core_forward" in group.checks.caption
+
+
+def test_core_forward_records_without_a_core_group_are_one_titled_forward_only():
+  group, checks = checks_of([core_record("vanilla", 1024, 0.0005, 1e10, mode="core_forward")])
+  assert group.mode == "core_forward" and group.what.startswith("attention core forward only")
+  assert checks.loc[("vanilla", 1024)].fa2_attention_flops == 4 * 2 * 4 * 1024 ** 2 * 64  # the forward count
+  assert group.checks.columns[:3] == ["Attention", "L", "forward"]  # the step is the forward: no second column
+  assert "not comparable in mode core_forward" in group.anchors[0].caption

@@ -6,7 +6,10 @@ CLS pooling), on random byte tokens. ``mode="train"`` measures the real ``steps.
 dropout on: forward + backward + update); ``mode="inference"`` measures ``steps.eval_step`` (forward
 only, as the Combiner paper's Fig. 3); ``mode="core"`` measures the attention core alone, forward +
 backward, at the shapes that model gives it (``measure_core``): without the length-linear projections
-and MLP, the core's own scaling in L. On a CPU its cost is mostly XLA compilation (one program per point).
+and MLP, the core's own scaling in L; ``mode="core_forward"`` measures that core's forward alone, the same
+call with the same inputs (``deterministic=False``, attention dropout on, as ``core`` differentiates it), so
+a core's forward and forward + backward times are of one function. On a CPU its cost is mostly XLA
+compilation (one program per point).
 
 For every (attention, length) point:
 - XLA FLOPs and compiled memory come from ``jit(...).lower(...).compile()`` (deterministic; nothing is
@@ -21,8 +24,9 @@ For every (attention, length) point:
   ``peak_rss_bytes`` is the host process's peak resident memory (isolated points only);
 - what ran: ``compute_dtype`` and ``matmul_precision`` (``precision="auto"`` resolved on the device),
   ``attention_implementation`` (``flash``: its kernel, checked in the compiled program) and ``attention_dropout``;
-  on a GPU (``FUSED_KERNEL_BACKENDS``) ``flash`` is timed without attention dropout in modes train and core,
-  since the fused kernels have none (with it the explicit path would be timed), and its record says 0;
+  on a GPU (``FUSED_KERNEL_BACKENDS``) ``flash`` is timed without attention dropout in modes train, core
+  and core_forward (every mode that runs dropout), since the fused kernels have none (with it the explicit
+  path would be timed), and its record says 0;
 - running out of memory is a data point (status ``oom``), and so is any other failure (``failed``, e.g.
   a timeout); once an attention runs out of memory, its longer lengths are recorded as ``oom`` unrun.
 
@@ -58,9 +62,10 @@ if TYPE_CHECKING:
 
 # This module imports only the standard library at its top (the rest where it is used): the CLI's parser
 # reads ``MODES`` before any command runs.
-# bench.mode: the model's train step (forward, backward, update), its forward only, or the attention core
-# alone (forward + backward)
-MODES = ("train", "inference", "core")
+# bench.mode: the model's train step (forward, backward, update), its forward only, the attention core
+# alone (forward + backward), or the attention core alone, forward only
+MODES = ("train", "inference", "core", "core_forward")
+CORE_MODES = ("core", "core_forward")  # the attention core (or a sequence mixer) alone: ``measure_core``
 DEFAULT_LENGTHS = (1024, 2048, 3072, 4096, 8192, 16384)
 
 
@@ -103,7 +108,9 @@ def bench_config(attention: str, length: int, *, batch_size: int = 32, mode: str
     _length_bound(c, length + (1 if c.model.pooling == "CLS" else 0))
     if attention == "flash" and mode != "inference" and fused_kernel_device():
       # the fused kernels have no attention dropout (attention_zoo/flash.py): with it, flash would time the
-      # explicit path; the record's attention_dropout says 0 ran (overrides still win)
+      # explicit path; the record's attention_dropout says 0 ran (overrides still win). Every mode but
+      # inference runs dropout (core_forward too: deterministic=False, as core), so core and core_forward
+      # time the same flash
       c.model.attention_dropout_rate = 0.0
     if kwargs_of is None:
       # a one-way mixer (lru) runs bidirectional, the encoder setting of every attention timed here
@@ -212,7 +219,7 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
   import tasks as tasks_lib
   from lra_bench.training import objectives, optim, steps, xla_stats
 
-  if config.bench.mode == "core":
+  if config.bench.mode in CORE_MODES:
     import attention_zoo
 
     probe = type(attention_zoo.layer_config(config.model.attention)).probe_inputs
@@ -264,13 +271,13 @@ def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------------
-# The attention core alone (mode "core")
+# The attention core alone (modes "core" and "core_forward")
 
 
 def core_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int, int]:
   """(B, L, H, D) of the core's query, key and value in the model of ``config``: the batch, the length,
   the heads and the head dim (qkv_dim / heads) of its ``MultiHeadAttention``. The model prepends a CLS
-  token with CLS pooling (its core sees L + 1 positions); the core mode times exactly L."""
+  token with CLS pooling (its core sees L + 1 positions); the core modes time exactly L."""
   heads, qkv_dim = config.model.num_heads, config.model.qkv_dim
   if qkv_dim % heads:
     raise ValueError(f"qkv_dim {qkv_dim} is not divisible by num_heads {heads}")
@@ -309,33 +316,57 @@ def _core_variables(core, key: tuple, abstract, init):
   return variables
 
 
+def _core_call(core, params, q, k, v, state, mask, rngs):
+  """The core's call as the train step runs it: ``(out [B, L, H, D], updated collections)`` with
+  ``deterministic=False``, the ``dropout`` and ``attention`` streams ``rngs``, the non-trainable collections
+  (``state``, e.g. EMA centroids) and the sown auxiliary losses mutable."""
+  from lra_bench.training import steps
+
+  return core.apply({"params": params, **state}, q, k, v, mask=mask, deterministic=False, rngs=rngs,
+                    mutable=[*state, steps.AUX_LOSSES])
+
+
 def core_step(core):
   """The jittable forward + backward of ``core``: ``fn(params, q, k, v, state, mask, cotangent, rngs) ->
-  (grads of sum(out * cotangent) w.r.t. (params, q, k, v), new state)``, as the train step runs it:
-  ``deterministic=False`` with the ``dropout`` and ``attention`` streams, the non-trainable collections
-  (``state``, e.g. EMA centroids) mutable and carried, sown auxiliary losses added to the objective."""
+  (grads of sum(out * cotangent) w.r.t. (params, q, k, v), new state)``, as the train step runs it
+  (``_core_call``), the non-trainable collections carried, sown auxiliary losses added to the objective."""
   import jax
   import jax.numpy as jnp
 
   from lra_bench.training import steps
 
   def objective(params, q, k, v, state, mask, cotangent, rngs):
-    out, updated = core.apply({"params": params, **state}, q, k, v, mask=mask, deterministic=False, rngs=rngs,
-                              mutable=[*state, steps.AUX_LOSSES])
+    out, updated = _core_call(core, params, q, k, v, state, mask, rngs)
     loss = steps.with_aux_losses(jnp.sum(out.astype(jnp.float32) * cotangent), updated)
     return loss, {name: updated[name] for name in state}
 
   return jax.grad(objective, argnums=(0, 1, 2, 3), has_aux=True)
 
 
+def core_forward_step(core):
+  """The jittable forward of ``core``, the call ``core_step`` differentiates (``_core_call``: the same
+  ``deterministic=False``, streams and collections): ``fn(params, q, k, v, state, mask, rngs) -> (out
+  [B, L, H, D], new state, sown auxiliary losses)``. Returning the losses keeps their computation in the
+  program; only the objective's sum(out * cotangent), O(B·L·H·D), is not part of the forward."""
+  from lra_bench.training import steps
+
+  def forward(params, q, k, v, state, mask, rngs):
+    out, updated = _core_call(core, params, q, k, v, state, mask, rngs)
+    return out, {name: updated[name] for name in state}, updated.get(steps.AUX_LOSSES, {})
+
+  return forward
+
+
 def measure_core(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The attention core alone, forward + backward (``core_step``), at the shapes the model gives it.
+  """The attention core alone at the shapes the model gives it: forward + backward (``core_step``) in mode
+  ``core``, its forward only (``core_forward_step``) in mode ``core_forward``.
 
   q, k, v and the cotangent are N(0, 1) [B, L, H, D] in the compute dtype (``precision``), the mask all
   true, the streams ``dropout`` and ``attention`` fixed keys; the core's variables come from its own
   ``init`` (compiled; skipped for a core without variables, reused across lengths when their shapes do not
-  change). One program is compiled per point: its XLA FLOPs and compiled memory are the point's, and
-  unless ``compile_only`` it is timed as the model's step is (``time_steps``)."""
+  change). Both modes draw the same q, k, v (the forward takes no cotangent). One program is compiled per
+  point: its XLA FLOPs and compiled memory are the point's, and unless ``compile_only`` it is timed as the
+  model's step is (``time_steps``)."""
   import jax
   import jax.numpy as jnp
   import numpy as np
@@ -373,16 +404,25 @@ def measure_core(config: ml_collections.ConfigDict) -> dict[str, Any]:
   variables = dict(variables)
   params = variables.pop("params", {})
   num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
-  args = (params, q, k, v, variables, mask, cotangent, rngs)
+  if _forward_only(config):
+    step, args = core_forward_step(core), (params, q, k, v, variables, mask, rngs)
+  else:
+    step, args = core_step(core), (params, q, k, v, variables, mask, cotangent, rngs)
   # init_seconds: making the core's variables (~0: it has none, or an earlier length made them)
-  return _compile_and_time(config, core_step(core), args, "core", init_seconds=init_seconds, num_params=num_params,
+  return _compile_and_time(config, step, args, "core", init_seconds=init_seconds, num_params=num_params,
                            peak_before=peak_before)
+
+
+def _forward_only(config: ml_collections.ConfigDict) -> bool:
+  """Whether a point of ``CORE_MODES`` times the forward alone (``core_forward``) or forward + backward."""
+  return config.bench.mode == "core_forward"
 
 
 def _compile_and_time(config: ml_collections.ConfigDict, step, args, what: str, *, init_seconds, num_params: int,
                       peak_before) -> dict[str, Any]:
-  """Compiles ``step(*args)`` (one point of mode ``core``: a core's or a mixer's forward + backward),
-  records its XLA FLOPs and compiled memory, and unless ``compile_only`` times it (``time_steps``)."""
+  """Compiles ``step(*args)`` (one point of ``CORE_MODES``: a core's or a mixer's forward + backward, or its
+  forward alone), records its XLA FLOPs and compiled memory, and unless ``compile_only`` times it
+  (``time_steps``)."""
   import jax
 
   from lra_bench.training import xla_stats
@@ -390,14 +430,16 @@ def _compile_and_time(config: ml_collections.ConfigDict, step, args, what: str, 
   b, length = config.batch_size, config.data.max_length
   start = time.perf_counter()
   compiled = jax.jit(step).lower(*args).compile()
+  # training=True: both modes call the core with deterministic=False (attention dropout on)
   out = {"compile_seconds": time.perf_counter() - start, "init_seconds": init_seconds, "num_params": num_params,
-         **what_ran(config, training=True, compiled=compiled)}  # forward + backward with deterministic=False
+         **what_ran(config, training=True, compiled=compiled)}
   analysis = xla_stats.cost_analysis(compiled)
   out.update(flops_per_step=analysis["flops"], compiled_memory_bytes=analysis["compiled_memory_bytes"],
              compiled_temp_bytes=analysis["temp_bytes"])
   if config.bench.compile_only:
     return out
-  xla_stats.check_fits(compiled, f"the {config.model.attention} {what}'s forward + backward at length {length}",
+  direction = "forward" if _forward_only(config) else "forward + backward"
+  xla_stats.check_fits(compiled, f"the {config.model.attention} {what}'s {direction} at length {length}",
                        "run a shorter length or a smaller --batch_size, or --compile_only_from this length")
   times = time_steps(lambda a: (a, compiled(*a)), args, warmup_steps=config.bench.warmup_steps,
                      repeats=config.bench.repeats)
@@ -406,10 +448,11 @@ def _compile_and_time(config: ml_collections.ConfigDict, step, args, what: str, 
 
 
 def measure_mixer(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """Mode ``core`` for a sequence mixer: the mixer layer alone (it owns its projections), forward +
-  backward as the train step runs it: x and a cotangent N(0, 1) [B, L, emb_dim] in the compute dtype,
-  an all-true mask, ``deterministic=False`` with a ``dropout`` key, the gradient of sum(out · cotangent)
-  w.r.t. the mixer's parameters and x. Records the same fields as ``measure_core``."""
+  """Modes ``core`` / ``core_forward`` for a sequence mixer: the mixer layer alone (it owns its projections),
+  as the train step runs it: x and a cotangent N(0, 1) [B, L, emb_dim] in the compute dtype, an all-true
+  mask, ``deterministic=False`` with a ``dropout`` key; ``core``: the gradient of sum(out · cotangent) w.r.t.
+  the mixer's parameters and x; ``core_forward``: that call's forward alone (out and the new state). Records
+  the same fields as ``measure_core``."""
   import jax
   import jax.numpy as jnp
   import numpy as np
@@ -434,12 +477,15 @@ def measure_mixer(config: ml_collections.ConfigDict) -> dict[str, Any]:
     return mixer.init({"params": keys[0], "dropout": keys[1]}, x, mask, deterministic=True,
                       **({"residual": x} if gated else {}))
 
-  def objective(params, x, state, mask, cotangent, rng):
+  def forward(params, x, state, mask, rng):
     out, updated = call({"params": params, **state}, x, mask, deterministic=False, rngs={"dropout": rng},
                         mutable=list(state))
-    return jnp.sum(out.astype(jnp.float32) * cotangent), {n: updated[n] for n in state}
+    return out, {n: updated[n] for n in state}
 
-  step = jax.grad(objective, argnums=(0, 1), has_aux=True)
+  def objective(params, x, state, mask, cotangent, rng):
+    out, new_state = forward(params, x, state, mask, rng)
+    return jnp.sum(out.astype(jnp.float32) * cotangent), new_state
+
   abstract = jax.eval_shape(init, spec, mask_spec)
   if config.bench.compile_only:
     x = cotangent = spec
@@ -453,7 +499,10 @@ def measure_mixer(config: ml_collections.ConfigDict) -> dict[str, Any]:
     init_seconds = time.perf_counter() - start
   params = variables.pop("params", {})
   num_params = int(sum(np.prod(p.shape) for p in jax.tree.leaves(params)))
-  args = (params, x, variables, mask, cotangent, keys[1])
+  if _forward_only(config):
+    step, args = forward, (params, x, variables, mask, keys[1])
+  else:
+    step, args = jax.grad(objective, argnums=(0, 1), has_aux=True), (params, x, variables, mask, cotangent, keys[1])
   return _compile_and_time(config, step, args, "mixer", init_seconds=init_seconds, num_params=num_params,
                            peak_before=peak_before)
 

@@ -326,12 +326,14 @@ def describe(mode: str, batch: int, device: str, frame: pd.DataFrame) -> tuple[s
   and titles. The dropout rate matters to the cost: with JAX's default (threefry) generator the mask's
   random bits cost about as much as some cores' arithmetic on a CPU, and twice their compile time."""
   dropout = _dropout_text(frame)
-  if mode == "core":
+  if mode in CORE_MODES:
     heads = sorted({int(h) for h in frame.get("num_heads", pd.Series(dtype=float)).dropna()})
     dims = sorted({int(d) for d in frame.get("head_dim", pd.Series(dtype=float)).dropna()})
     shape = (f", {'/'.join(map(str, heads))} heads x {'/'.join(map(str, dims))}" if heads and dims else "")
-    return ("attention core forward + backward (gradient w.r.t. q, k, v and the core's parameters)",
-            f"batch {batch}{shape}{dropout}, {device}")
+    what = ("attention core forward + backward (gradient w.r.t. q, k, v and the core's parameters)"
+            if mode == "core" else "attention core forward only (deterministic=False as in mode core: attention "
+            "dropout on)")
+    return what, f"batch {batch}{shape}{dropout}, {device}"
   what = "training step (forward + backward + AdamW)" if mode == "train" else "inference (forward only)"
   return what, f"LRA Text model (4 layers, emb 256, 4 heads, mlp 1024), batch {batch}{dropout}, {device}"
 
@@ -349,16 +351,29 @@ class Anchors:
                load_device_peaks(reference_dir))
 
 
+# The modes of the bench that time the attention core alone (``bench.CORE_MODES``; not imported: the report
+# reads records, not the bench's code).
+CORE_MODES = ("core", "core_forward")
+# The mode whose records are a group's forward column: the model's forward for a train step, the core's
+# forward for the core's forward + backward (same batch and device; ``_forward_point`` matches the rest).
+FORWARD_OF = {"train": "inference", "core": "core_forward"}
+
+
 def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame,
                       anchors: Anchors | None = None) -> list[EfficiencyGroup]:
   """One group per (mode, batch, device kind) (and attention dropout rate, where sweeps differ in it).
-  ``anchors``: the published anchors (default: the package's ``published/``)."""
+  ``core_forward`` records are the forward column of the ``core`` group of the same batch and device, not a
+  group of their own; only where no ``core`` record of that batch and device exists are they one ("attention
+  core forward only"). ``anchors``: the published anchors (default: the package's ``published/``)."""
   frame = bench_frame(records)
   if frame.empty:
     return []
   anchors = anchors or Anchors.load()
   groups = []
+  cores = set(zip(*(frame[frame["mode"] == "core"][k] for k in ("batch_size", "device_kind"))))
   for (mode, batch, device), g_all in frame.groupby(["mode", "batch_size", "device_kind"], sort=True):
+    if mode == "core_forward" and (batch, device) in cores:
+      continue  # the forward column of that core group
     rates = g_all.get("attention_dropout", pd.Series(dtype=float))
     parts = [(None, g_all)]
     # Two sweeps at different dropout rates (some attention measured at both): one group each. Attentions
@@ -368,7 +383,8 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame,
       parts = [(rate, g_all[rates == rate]) for rate in sorted(rates.dropna().unique())]
       parts += [(None, g_all[rates.isna()])] if rates.isna().any() else []  # points without a config
     for rate, g in parts:
-      forward = frame[(frame["mode"] == "inference") & (frame.batch_size == batch) & (frame.device_kind == device)]
+      forward = frame[(frame["mode"] == FORWARD_OF.get(mode)) & (frame.batch_size == batch)
+                      & (frame.device_kind == device)]
       if rate is not None and "attention_dropout" in forward:
         forward = forward[forward.attention_dropout == rate]
       groups.append(_efficiency_group(mode, batch, device, g, reference_eff, rate, forward, anchors))
@@ -409,8 +425,10 @@ def _efficiency_group(mode: str, batch, device: str, g: pd.DataFrame, reference_
   anchors = anchors or Anchors.load()
   ordered = sorted(attentions, key=lambda a: (family_order(g.family).index(attention_family(
       a.removesuffix(RECURRENT_SUFFIX))), a not in BASELINES, BASELINES.index(a) if a in BASELINES else 0, a))
-  has_forward = forward is not None and bool(len(forward)) and mode == "train"
+  has_forward = forward is not None and bool(len(forward)) and mode in FORWARD_OF
   checks = checks_frame(g, forward if has_forward else None, anchors.peaks, ordered)
+  # a forward column only where some row has its forward point (else the caption says none was recorded)
+  has_forward = has_forward and bool(checks.get("forward_status", pd.Series(dtype=object)).notna().any())
   return EfficiencyGroup(mode, int(batch), device, g, speed, memory, flops, published, COMPILED_MEMORY,
                          peak_memory, crossover_table(crossovers, what, setting, lengths), crossovers, what,
                          setting, attention_dropout, checks_table(checks, mode, what, setting, has_forward),
@@ -548,13 +566,50 @@ def _timed(point: pd.Series | None) -> float | None:
   return _metric_value(point, "step_seconds_median")
 
 
+# What a core's forward point shares with its forward + backward point besides the attention, the length, the
+# batch and the device (a ``core_forward`` record of other heads, dropout, causality or dtype is another point).
+FORWARD_MATCH = ("num_heads", "head_dim", "attention_dropout", "causal", "compute_dtype")
+
+
+def _same(a, b) -> bool:
+  missing = lambda v: v is None or (isinstance(v, float) and np.isnan(v))
+  return (missing(a) and missing(b)) or (not missing(a) and not missing(b) and a == b)
+
+
+def _forward_point(forward: pd.DataFrame | None, p: pd.Series, attention: str, length: int) -> pd.Series | None:
+  """The forward point of ``p`` (``attention`` at ``length``) in ``forward`` (records of the group's batch and
+  device): the model's forward (``inference``) for a train step; for the core's forward + backward, the
+  ``core_forward`` point that also has its ``FORWARD_MATCH`` fields."""
+  if forward is None or not len(forward):
+    return None
+  rows = forward[(forward.attention == attention) & (forward.length == length)]
+  if p.get("mode") == "core":
+    for field in FORWARD_MATCH:
+      if field in rows:
+        rows = rows[[_same(v, p.get(field)) for v in rows[field]]]
+  return rows.iloc[-1] if len(rows) else None
+
+
+def _fa2_count(p: pd.Series, length: int, *, backward: bool) -> float | None:
+  """FlashAttention-2's count of ``p``'s exact attention (its batch, heads and head dim); None where ``p`` is
+  not exact attention timed alone or its shape is not recorded."""
+  shape = [_number(p.get(k)) for k in ("batch_size", "num_heads", "head_dim")]
+  if p.get("family") != "exact" or p.get("mode") not in CORE_MODES or any(v is None for v in shape):
+    return None
+  return fa2_attention_flops(*(int(v) for v in shape[:2]), int(length), int(shape[2]), backward=backward,
+                             causal=bool(p.get("causal")))
+
+
 def checks_frame(g: pd.DataFrame, forward: pd.DataFrame | None, peaks: pd.DataFrame | None,
                  attentions: Sequence[str]) -> pd.DataFrame:
-  """One row per (attention, length) of a group: forward time (the model's forward: an ``inference`` record
-  of the same batch and device; None in mode ``core``, which times forward + backward only), forward +
-  backward time (the group's median step), its ratio to ``flash`` at that length, the model's FLOP/s
-  (XLA's count / the median step) and its fraction of the device's peak (``peak_compute``), and for exact
-  attention timed alone (mode ``core``) FlashAttention-2's FLOP count and the FLOP/s it gives."""
+  """One row per (attention, length) of a group: forward time (``forward_seconds``; the model's forward, an
+  ``inference`` record of the same batch and device, in mode ``train``; the core's forward, the
+  ``core_forward`` record of the same batch, device, heads, head dim, attention dropout, causality and dtype,
+  in mode ``core``; ``forward_status`` None where there is no such record), the step's time (the group's
+  median step), its ratio to ``flash`` at that length, the model's FLOP/s (XLA's count / the median step)
+  and its fraction of the device's peak (``peak_compute``), and for exact attention timed alone (modes
+  ``core`` / ``core_forward``) FlashAttention-2's FLOP count of the step and the FLOP/s it gives, and of
+  the forward (``fa2_forward_flops``: 4·B·H·L²·D, over the forward time)."""
   rows = []
   for a in attentions:
     for length in sorted(g[g.attention == a].length.unique().tolist()):
@@ -562,21 +617,21 @@ def checks_frame(g: pd.DataFrame, forward: pd.DataFrame | None, peaks: pd.DataFr
       step = _timed(p)
       flash_point = _point(g, "flash", length)
       flash = _timed(flash_point)
-      fwd = _timed(_point(forward, a, length)) if forward is not None and len(forward) else None
+      forward_point = _forward_point(forward, p, a, length)
+      fwd = _timed(forward_point)
       flops = _metric_value(p, "flops_per_step")
       compute, compute_text = peak_compute(p.get("compute_dtype"), p.get("matmul_precision"), p.get("backend"))
       peak, peak_source = peak_flops(peaks, p.get("device_kind"), compute)
       model_rate = flops / step if flops is not None and step else None
-      exact = p.get("family") == "exact" and p.get("mode") == "core"
-      shape = [_number(p.get(k)) for k in ("batch_size", "num_heads", "head_dim")]
-      known = exact and all(v is not None for v in shape)
-      fa2 = fa2_attention_flops(*(int(v) for v in shape[:2]), int(length), int(shape[2]),
-                                causal=bool(p.get("causal"))) if known else None
+      fa2 = _fa2_count(p, length, backward=p.get("mode") == "core")
+      fa2_forward = _fa2_count(p, length, backward=False) if forward_point is not None else None
       rows.append({"attention": a, "label": row_label(a, p.get("attention_implementation")),
                    "family": p.get("family"), "device_kind": p.get("device_kind"), "length": int(length),
                    "batch_size": p.get("batch_size"), "num_heads": p.get("num_heads"), "head_dim": p.get("head_dim"),
                    "causal": bool(p.get("causal")), "status": p["status"],
-                   "compile_only": bool(p["compile_only"]), "forward_seconds": fwd, "step_seconds": step,
+                   "compile_only": bool(p["compile_only"]), "forward_seconds": fwd,
+                   "forward_status": _status_text(forward_point, "ok") if forward_point is not None else None,
+                   "step_seconds": step,
                    "vs_flash": _ratio(step, flash) if a != "flash" else None,
                    "flash_status": None if flash_point is None else flash_point["status"],
                    "flops_per_step": flops, "model_flops_per_second": model_rate,
@@ -586,14 +641,17 @@ def checks_frame(g: pd.DataFrame, forward: pd.DataFrame | None, peaks: pd.DataFr
                    "fraction_of_peak": model_rate / peak if model_rate is not None and peak else None,
                    "attention_implementation": p.get("attention_implementation"),
                    "fa2_attention_flops": fa2,
-                   "fa2_attention_flops_per_second": fa2 / step if fa2 is not None and step else None})
+                   "fa2_attention_flops_per_second": fa2 / step if fa2 is not None and step else None,
+                   "fa2_forward_flops": fa2_forward,
+                   "fa2_forward_flops_per_second": fa2_forward / fwd if fa2_forward is not None and fwd else None})
   return pd.DataFrame(rows)
 
 
-def _status_text(row: dict) -> str | None:
+def _status_text(row, ok: str | None = None) -> str | None:
+  """A point's status as a cell: ``OOM``, ``failed``, ``compiled only``; ``ok`` for a timed point."""
   if row["status"] != "ok":
     return {"oom": "OOM"}.get(row["status"], row["status"])
-  return "compiled only" if row["compile_only"] else None
+  return "compiled only" if row["compile_only"] else ok
 
 
 def _says_nothing(cell: str) -> bool:
@@ -601,22 +659,39 @@ def _says_nothing(cell: str) -> bool:
   return cell in ("", "—", "not recorded", "n/a: the step is the whole model") or cell.startswith("peak not known")
 
 
+STEP_TITLES = {"train": "fwd+bwd+AdamW", "inference": "model forward", "core": "fwd+bwd", "core_forward": "forward"}
+
+
+def _forward_cell(r: dict, mode: str, status: str | None, has_forward: bool) -> str:
+  """The forward column of a ``checks_table`` row: the step itself in mode inference (the model's forward);
+  nothing in mode core_forward (its step column, "forward", is the forward); else the forward point's time
+  (``checks_frame``), its status where it has no time, — where there is none."""
+  if mode == "inference":
+    return _seconds(_number(r["step_seconds"])) if status is None else status
+  if mode == "core_forward":
+    return ""
+  if not has_forward:
+    return "not recorded"
+  forward_status = r.get("forward_status")
+  if not isinstance(forward_status, str):
+    return "—"
+  return _seconds(_number(r["forward_seconds"])) if forward_status == "ok" else forward_status
+
+
 def checks_table(checks: pd.DataFrame, mode: str, what: str, setting: str, has_forward: bool) -> Table:
   """``checks_frame`` for display: one row per attention and length."""
-  step_title = "fwd+bwd+AdamW" if mode == "train" else "model forward" if mode == "inference" else "fwd+bwd"
+  step_title = STEP_TITLES.get(mode, "step")
   columns = ["Attention", "L", "forward", step_title, "× flash", "model FLOP/s (XLA)", "of peak",
-             "attention FLOP/s (FA2 count)"]
+             "attention FLOP/s (FA2 count)", "forward attention FLOP/s (FA2 count)"]
   rows = []
   for r in checks.to_dict("records"):
     status = _status_text(r)
-    if mode == "core":
-      forward = "not recorded"
-    elif mode == "inference":
-      forward = _seconds(r["step_seconds"]) if status is None else status
-    else:
-      forward = _seconds(_number(r["forward_seconds"])) if has_forward else "not recorded"
+    forward = _forward_cell(r, mode, status, has_forward)
+    fa2_forward = _number(r.get("fa2_forward_flops_per_second"))
+    forward_attention = _rate(fa2_forward) if fa2_forward is not None else "—"
     if status is not None and r["status"] != "ok":
-      rows.append([r["label"], str(r["length"]), forward if mode != "inference" else status, status, "", "", "", ""])
+      rows.append([r["label"], str(r["length"]), forward if mode != "inference" else status, status, "", "", "", "",
+                   forward_attention])
       continue
     step = _seconds(_number(r["step_seconds"])) if status is None else status
     ratio = _number(r["vs_flash"])
@@ -632,14 +707,14 @@ def checks_table(checks: pd.DataFrame, mode: str, what: str, setting: str, has_f
       of_peak = "peak not known"
     fa2 = _number(r["fa2_attention_flops_per_second"])
     attention = _rate(fa2) if fa2 is not None else (
-        "—" if r["family"] != "exact" else "n/a: the step is the whole model" if mode != "core" else "—")
+        "—" if r["family"] != "exact" else "n/a: the step is the whole model" if mode not in CORE_MODES else "—")
     vs_flash = (f"{ratio:.2f}×" if ratio is not None else "flash OOM" if r["flash_status"] == "oom"
                 and r["attention"] != "flash" else "")
     rows.append([r["label"], str(r["length"]), forward, step, vs_flash,
-                 _rate(model), of_peak, attention])
+                 _rate(model), of_peak, attention, forward_attention])
   # a column that says nothing in any row (forward never recorded, no flash to compare with, no known peak,
-  # no exact attention timed alone) is left out; the caption says why
-  empty = [i for i in (2, 4, 6, 7) if all(_says_nothing(row[i]) for row in rows)]
+  # no exact attention timed alone, no forward of one) is left out; the caption says why
+  empty = [i for i in (2, 4, 6, 7, 8) if all(_says_nothing(row[i]) for row in rows)]
   columns = [c for i, c in enumerate(columns) if i not in empty]
   rows = [[cell for i, cell in enumerate(row) if i not in empty] for row in rows]
   used = checks.dropna(subset=["peak_flops_per_second"]).drop_duplicates(["peak_compute", "device_kind"])
@@ -650,11 +725,17 @@ def checks_table(checks: pd.DataFrame, mode: str, what: str, setting: str, has_f
   sources = sorted({f for f in read_from if f != "compute_dtype"})
   dtype_text = (f"; compute dtype read from the record's {' / '.join(sources)} (compute_dtype not recorded)"
                 if sources else "")
-  forward_text = ("forward: not recorded (mode core times the core's forward + backward only; the bench has "
-                  "no forward-only core mode)" if mode == "core" else
-                  "forward: the model's forward (mode inference, same batch and device)" if has_forward else
-                  "forward: not recorded (no mode-inference record of this batch and device)"
-                  if mode == "train" else "forward: the model's forward (this mode)")
+  forward_text = {
+      ("core", True): "forward: the core's forward alone (mode core_forward: the same call on the same inputs, "
+                      "deterministic=False with attention dropout, of the same batch, device, heads, head dim, "
+                      "attention dropout, causality and dtype; — : no such point)",
+      ("core", False): "forward: not recorded (no mode-core_forward record of this batch and device; `lra-bench "
+                       "bench --mode core_forward` times the core's forward alone)",
+      ("core_forward", False): "forward: the step (this mode times the core's forward alone; no mode-core "
+                               "record of this batch and device to set it beside)",
+      ("train", True): "forward: the model's forward (mode inference, same batch and device; — : no such point)",
+      ("train", False): "forward: not recorded (no mode-inference record of this batch and device)",
+  }.get((mode, has_forward), "forward: the model's forward (this mode)")
   return Table(columns, rows, left=1, caption=(
       f"Time, ratio to flash and achieved FLOP/s, {what}; {setting}. Median seconds per step; "
       f"{forward_text}. × flash: the {step_title} time over flash's at the same length"
@@ -665,11 +746,12 @@ def checks_table(checks: pd.DataFrame, mode: str, what: str, setting: str, has_f
       f"device's dense peak for the compute dtype{dtype_text}; "
       + (peaks if peaks else "peak not known for this device (none is invented)")
       + (f"; not held against a peak: {'; '.join(notes)}" if notes else "")
-      + ". Attention FLOP/s (exact attention timed alone, mode core): FlashAttention-2's count 4·B·H·L²·D "
-      "forward, ×3.5 forward + backward (the backward's 5 matrix products: FA2 recomputes the scores), ÷2 "
-      "causal, over the median time, the rate FA2's Fig. 4 prints for every implementation (Published "
-      "anchors). A flash row whose record does not say the fused kernel ran (attention_implementation cudnn "
-      "or pallas) is labelled flash (unfused: …)."))
+      + ". Attention FLOP/s (exact attention timed alone, modes core and core_forward): FlashAttention-2's "
+      "count 4·B·H·L²·D forward, ×3.5 forward + backward (the backward's 5 matrix products: FA2 recomputes the "
+      "scores), ÷2 causal, over the median time, the rate FA2's Fig. 4 prints for every implementation "
+      "(Published anchors); forward attention FLOP/s: the forward count over the forward time. A flash row "
+      "whose record does not say the fused kernel ran (attention_implementation cudnn or pallas) is labelled "
+      "flash (unfused: …)."))
 
 
 def _fa_value(flash_ref: pd.DataFrame, implementation: str, head_dim: int, length: int, causal: str = "false"):
@@ -685,7 +767,8 @@ def _fa_value(flash_ref: pd.DataFrame, implementation: str, head_dim: int, lengt
 def anchors_tables(checks: pd.DataFrame, mode: str, setting: str, flash_ref: pd.DataFrame,
                    fla_ref: pd.DataFrame) -> list[Table]:
   """The "Published anchors": FlashAttention-2's forward + backward TFLOP/s per length beside our exact
-  rows' attention FLOP/s (FA2's count; mode core only, the measure FA2 reports), and fla's op timings as a
+  rows' attention FLOP/s (FA2's count; mode core only, the measure FA2 reports: a core_forward group's rows
+  are forward only), and fla's op timings as a
   reference table of its own (causal, another device: not compared cell by cell)."""
   tables = []
   if flash_ref is not None and not flash_ref.empty:
@@ -701,7 +784,7 @@ def anchors_tables(checks: pd.DataFrame, mode: str, setting: str, flash_ref: pd.
       ours = []
       for label in labels:
         hit = exact[(exact.label == label) & (exact.length == length)]
-        value = _number(hit.iloc[0].fa2_attention_flops_per_second) if len(hit) else None
+        value = _number(hit.iloc[0].fa2_attention_flops_per_second) if len(hit) and mode == "core" else None
         ours.append(_rate(value) if value is not None else "—" if mode == "core" else "not comparable")
       rows.append([str(length), *ours, _fa_value(fa2, "FlashAttention-2", 64, length),
                    _fa_value(fa2, "FlashAttention-2", 128, length),
@@ -711,6 +794,8 @@ def anchors_tables(checks: pd.DataFrame, mode: str, setting: str, flash_ref: pd.
                          + f" ({r.note})" for r in fa3.itertuples())
     ours_text = ("ours: attention FLOP/s with FA2's count (non-causal, head dim "
                  f"{'/'.join(map(str, head_dims)) or 'not recorded'}; {setting})" if mode == "core" else
+                 "ours: not comparable in mode core_forward (the core's forward only, where the figure is forward "
+                 "+ backward; `lra-bench bench --mode core` times both)" if mode == "core_forward" else
                  f"ours: not comparable in mode {mode} (the step is the whole model, not the attention alone; "
                  "`lra-bench bench --mode core` times the core alone)")
     tables.append(Table(columns, rows, left=1, caption=(

@@ -318,7 +318,7 @@ def _efficiency_section(out: _Out, g: EfficiencyGroup) -> None:
   out.write(crossover + ".md", g.crossover.to_markdown())
   series = scaling_series(g.frame)
   family_of = dict(zip(g.frame.attention, g.frame.family))
-  per_step = "forward + backward" if g.mode == "core" else "step"
+  per_step = {"core": "forward + backward", "core_forward": "forward"}.get(g.mode, "step")
   figures = [plots.family_scaling_figure(
       series, family_of, metric, label, f"{title} vs sequence length: {g.what}; {g.setting}",
       os.path.join(out.directory, f"scaling_{g.stem}_{metric}"), families=family_order(family_of.values()))
@@ -373,8 +373,9 @@ def _patterns_section(out: _Out, names: Sequence[str], length: int, **probe: Any
 def _bubble(accuracy_reports: Sequence[AccuracyReport], groups: Sequence[EfficiencyGroup],
             out_dir: str) -> tuple[list[str], str] | None:
   """Average accuracy of the first protocol with data vs training speed at the best-covered length."""
-  # The model's steps only: the core mode times the attention core alone, not the model's speed.
-  train_groups = [g for g in groups if g.mode == "train"] or [g for g in groups if g.mode != "core"]
+  # The model's steps only: the core modes time the attention core alone, not the model's speed.
+  train_groups = ([g for g in groups if g.mode == "train"]
+                  or [g for g in groups if g.mode not in ("core", "core_forward")])
   if not accuracy_reports or not train_groups:
     return None
   rep = next((r for r in accuracy_reports if r.avg_tasks), None)
