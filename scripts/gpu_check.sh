@@ -10,6 +10,9 @@
 #      1024-4096, --mode train, every registered attention, the baselines and LRA Table 1's models first),
 #      then the check that flash ran a fused kernel (its records' attention_implementation: cudnn or pallas),
 #      with a loud line when it did not; a point an earlier lease measured is not measured again;
+#  2b. exact attention alone (vanilla, flash) in bench modes core (forward + backward) and core_forward (forward),
+#      lengths 1K-16K, batch 8, bfloat16: the rows the report sets beside FlashAttention-2's Fig. 4 (attention
+#      FLOP/s with FA2's count, "Published anchors");
 #   3. if the lease has time left: one `lra` ListOps cell of vanilla trained to completion (`lra-bench suite
 #      --protocol lra --tasks listops --attentions vanilla`; data generated on the machine, numpy pipeline). At
 #      the deadline the cell stops at a step boundary with its checkpoint, packed into train_unfinished.tar.gz
@@ -34,10 +37,12 @@
 # timed steps): 45 attentions x 3 lengths need about three leases. Generating LRA's ListOps takes 2-3 minutes
 # (scripts/gpu_train.sh), so the training phase starts only with GPU_CHECK_TRAIN_MIN_S left.
 # Budgets (seconds, environment): GPU_CHECK_KIT_BUDGET_S (120), GPU_CHECK_BENCH_BUDGET_S (300),
-#   GPU_CHECK_TOTAL_BUDGET_S (540: the training phase stops by then), GPU_CHECK_TRAIN_MIN_S (150).
+#   GPU_CHECK_CORE_BUDGET_S (90), GPU_CHECK_TOTAL_BUDGET_S (540: the training phase stops by then),
+#   GPU_CHECK_TRAIN_MIN_S (150).
 # Settings (environment): PYTHON (python3), GPU_CHECK_OUT (reports/gpu_<device>), GPU_CHECK_KIT_LAYERS
 #   ("families": one layer per family; or a comma list), GPU_CHECK_SKIP_KIT=1 (or GPU_CHECK_SKIP_TESTS=1),
-#   GPU_CHECK_LENGTHS (1024,2048,4096), GPU_CHECK_ATTENTIONS (all, LRA Table 1 first; a list keeps its order),
+#   GPU_CHECK_LENGTHS (1024,2048,4096), GPU_CHECK_CORE_LENGTHS (1024,...,16384), GPU_CHECK_CORE_BATCH (8),
+#   GPU_CHECK_ATTENTIONS (all, LRA Table 1 first; a list keeps its order),
 #   GPU_CHECK_BATCH (32), GPU_CHECK_REPEATS (3), GPU_CHECK_PRECISION (bfloat16), GPU_CHECK_SKIP_TRAIN=1,
 #   GPU_CHECK_TRAIN_SETS (more --set items for the cell, space-separated), GPU_CHECK_DATA_DIR (/tmp/lra_data), GPU_CHECK_SKIP_REPORT=1 (write the report elsewhere),
 #   JAX_COMPILATION_CACHE_DIR (~/.cache/lra-bench/jax).
@@ -89,6 +94,7 @@ fi
 if [ "$SMOKE" = "1" ]; then
   LENGTHS="${GPU_CHECK_LENGTHS:-64}"; ATTENTIONS="${GPU_CHECK_ATTENTIONS:-vanilla,flash}"
   BATCH="${GPU_CHECK_BATCH:-2}"; REPEATS="${GPU_CHECK_REPEATS:-2}"
+  CORE_LENGTHS="${GPU_CHECK_CORE_LENGTHS:-64}"; CORE_BATCH="${GPU_CHECK_CORE_BATCH:-2}"
   # A one-layer, 16-wide Text model: the same code path, seconds to compile on a CPU.
   SETS=(--set model.num_layers=1 --set model.emb_dim=16 --set model.qkv_dim=16 --set model.mlp_dim=32
         --set model.num_heads=2)
@@ -102,6 +108,8 @@ if [ "$SMOKE" = "1" ]; then
 else
   LENGTHS="${GPU_CHECK_LENGTHS:-1024,2048,4096}"; ATTENTIONS="${GPU_CHECK_ATTENTIONS:-all}"
   BATCH="${GPU_CHECK_BATCH:-32}"; REPEATS="${GPU_CHECK_REPEATS:-3}"
+  # phase 2b: FA2's Fig. 4 runs 512-16K; batch 8 of the Text model's 4 heads x 64 (the H200 modern-layers study's)
+  CORE_LENGTHS="${GPU_CHECK_CORE_LENGTHS:-1024,2048,4096,8192,16384}"; CORE_BATCH="${GPU_CHECK_CORE_BATCH:-8}"
   SETS=()
   KIT_LAYERS="${GPU_CHECK_KIT_LAYERS:-families}"; KIT_QUICK=0
   TRAIN_PROTOCOL=lra
@@ -233,6 +241,20 @@ case "$FUSED_STATUS" in
          "are NOT a fused attention's !!!!!!!!" ;;
 esac
 echo "flash: $FUSED_STATUS" >> "$RESULTS/device.txt"
+
+# 2b. Exact attention alone (vanilla, flash), forward + backward and forward, the rows FA2's figure sits beside --
+# (the report's "attention FLOP/s (FA2 count)" and "Published anchors" read mode core / core_forward records)
+phase 2b "exact attention alone, modes core and core_forward, lengths $CORE_LENGTHS, batch $CORE_BATCH, precision \
+$PRECISION (budget ${GPU_CHECK_CORE_BUDGET_S:-90} s)"
+CORE_DEADLINE=$(( $(date +%s) + ${GPU_CHECK_CORE_BUDGET_S:-90} ))
+for mode in core core_forward; do
+  left=$(( CORE_DEADLINE - $(date +%s) ))
+  if [ "$left" -le 10 ]; then NOT_RUN+=("vanilla,flash --mode $mode"); continue; fi
+  timeout "$left" "$PY" -m lra_bench bench --attentions vanilla,flash --lengths "$CORE_LENGTHS" \
+    --batch_size "$CORE_BATCH" --mode "$mode" --set "precision=$PRECISION" "${SETS[@]}" --repeats "$REPEATS" \
+    --warmup_steps 1 --noisolate --results_dir "$RESULTS" 2>&1 | tr '\r' '\n' | grep -v -e "^bench core" -e "^$" | tail -n 3
+  [ "${PIPESTATUS[0]}" = 124 ] && NOT_RUN+=("vanilla,flash --mode $mode (stopped at the budget)")
+done
 
 # 3. One ListOps cell of vanilla to completion, if the lease has time left ----------------------------------
 TRAIN_STATUS="skipped (GPU_CHECK_SKIP_TRAIN=1)"

@@ -70,15 +70,19 @@ def test_the_smoke_runs_the_phases_in_order_and_resumes(tmp_path):
   kit = _line(log, r"phase 1: conformance kit, one layer per family, matmul precision highest")
   bench = _line(log, r"phase 2: LRA Table 2 bench, precision bfloat16")
   fused = _line(log, r"!!!!!!!! flash: NOT FUSED: ")  # the CPU has no fused kernel: said loudly
+  core = _line(log, r"phase 2b: exact attention alone, modes core and core_forward")
   train = _line(log, r"phase 3: one smoke ListOps cell of vanilla to completion")
-  assert kit < _line(log, r"vanilla \(exact\): 15/15 passed") < bench < fused < train
+  assert kit < _line(log, r"vanilla \(exact\): 15/15 passed") < bench < fused < core < train
   assert _line(log, r"training: done") > train
   results = tmp_path / "out" / "results"
   (kit_line,) = [json.loads(line) for line in (results / "kit.jsonl").read_text().splitlines()]
   assert kit_line["layer"] == "vanilla" and kit_line["matmul_precision"] == "highest"
   records = [json.loads(line) for line in (results / "results.jsonl").read_text().splitlines()]
   bench_records = [r for r in records if r.get("kind") == "bench"]
-  assert sorted(r["attention"] for r in bench_records) == ["flash", "vanilla"]
+  # the Table 2 bench (train) and exact attention alone (core, core_forward), every point in bfloat16
+  assert sorted((r["mode"], r["attention"]) for r in bench_records) == [
+      ("core", "flash"), ("core", "vanilla"), ("core_forward", "flash"), ("core_forward", "vanilla"),
+      ("train", "flash"), ("train", "vanilla")]
   assert {r["config"]["precision"] for r in bench_records} == {"bfloat16"}
   trained = [(r["protocol"], r["task"], r["attention"], r["status"]) for r in records
              if r.get("kind", "train") == "train"]
@@ -86,6 +90,7 @@ def test_the_smoke_runs_the_phases_in_order_and_resumes(tmp_path):
   # the next lease continues where this one stopped: nothing finished is run again
   again = _smoke(tmp_path)
   assert _line(again, r"done by an earlier run: vanilla") < _line(again, r"phase 2")
-  assert again.count("nothing to run; 1 already measured") == 2
+  assert again.count("nothing to run; 1 already measured") == 2     # the Table 2 bench: one attention a call
+  assert again.count("nothing to run; 2 already measured") == 2     # phase 2b: vanilla and flash, two modes
   assert "(ran now 0, already done 1)" in again
   assert len((results / "kit.jsonl").read_text().splitlines()) == 1
