@@ -163,3 +163,20 @@ def test_core_forward_records_without_a_core_group_are_one_titled_forward_only()
   assert checks.loc[("vanilla", 1024)].fa2_attention_flops == 4 * 2 * 4 * 1024 ** 2 * 64  # the forward count
   assert group.checks.columns[:3] == ["Attention", "L", "forward"]  # the step is the forward: no second column
   assert "not comparable in mode core_forward" in group.anchors[0].caption
+
+
+def test_sweeps_in_two_compute_dtypes_on_one_device_are_two_groups_never_one_table():
+  # a float32 lease and a bfloat16 one of the same points (their config hashes differ, as precision does)
+  records = [core_record("vanilla", 1024, 0.004, 3e10, compute_dtype="float32"),
+             core_record("flash", 1024, 0.003, 3e10, compute_dtype="float32"),
+             {**core_record("vanilla", 1024, 0.002, 3e10, compute_dtype="bfloat16"), "config_hash": "v-bf16"},
+             {**core_record("flash", 1024, 0.001, 3e10, compute_dtype="bfloat16"), "config_hash": "f-bf16"}]
+  groups = efficiency.efficiency_groups(records, REFERENCE_EFF)
+  assert [g.stem for g in groups] == ["core_b2_nvidia-h100-80gb-hbm3_bfloat16", "core_b2_nvidia-h100-80gb-hbm3_float32"]
+  by_dtype = {g.compute_dtype: g for g in groups}
+  assert by_dtype["bfloat16"].setting.endswith(", bfloat16") and by_dtype["float32"].setting.endswith(", float32")
+  assert sorted(by_dtype["bfloat16"].frame.step_seconds_median) == [0.001, 0.002]
+  assert by_dtype["float32"].checks_frame.set_index("attention").loc["vanilla"].vs_flash == pytest.approx(4 / 3)
+  # one dtype: one group, named as before
+  (single,) = efficiency.efficiency_groups(records[:2], REFERENCE_EFF)
+  assert single.stem == "core_b2_nvidia-h100-80gb-hbm3" and single.compute_dtype is None

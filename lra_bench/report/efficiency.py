@@ -125,12 +125,16 @@ class EfficiencyGroup:
   checks: Table | None = None                # time, ratio to flash, FLOP/s and fraction of peak (``checks_table``)
   checks_frame: pd.DataFrame | None = None   # the same as numbers (its CSV)
   anchors: list[Table] = dataclasses.field(default_factory=list)  # the published anchors (``anchors_tables``)
+  # Set where records of the same mode, batch, device (and dropout) ran in different compute dtypes: then each
+  # dtype is its own group, and the file names and the setting say which.
+  compute_dtype: str | None = None
 
   @property
   def stem(self) -> str:
     device = re.sub(r'[^A-Za-z0-9]+', '-', self.device_kind).strip('-').lower()
     dropout = "" if self.attention_dropout is None else f"_dropout{self.attention_dropout:g}".replace(".", "p")
-    return f"{self.mode}_b{self.batch_size}_{device}{dropout}"
+    dtype = "" if self.compute_dtype is None else "_" + re.sub(r'[^A-Za-z0-9]+', '-', self.compute_dtype)
+    return f"{self.mode}_b{self.batch_size}_{device}{dropout}{dtype}"
 
 
 def _point(frame: pd.DataFrame, attention: str, length: int) -> pd.Series | None:
@@ -382,22 +386,30 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame,
     if (per_attention > 1).any():
       parts = [(rate, g_all[rates == rate]) for rate in sorted(rates.dropna().unique())]
       parts += [(None, g_all[rates.isna()])] if rates.isna().any() else []  # points without a config
-    for rate, g in parts:
-      forward = frame[(frame["mode"] == FORWARD_OF.get(mode)) & (frame.batch_size == batch)
-                      & (frame.device_kind == device)]
-      if rate is not None and "attention_dropout" in forward:
-        forward = forward[forward.attention_dropout == rate]
-      groups.append(_efficiency_group(mode, batch, device, g, reference_eff, rate, forward, anchors))
+    for rate, g_rate in parts:
+      # Sweeps in different compute dtypes (a float32 lease and a bfloat16 one on the same device): one group
+      # each, never one table mixing them; a single dtype keeps the group (and its file names) as they were.
+      dtypes = g_rate.get("compute_dtype", pd.Series(dtype=object)).fillna("not recorded")
+      split = dtypes.nunique() > 1
+      for dtype in sorted(dtypes.unique()) if split else [None]:
+        g = g_rate[dtypes == dtype] if split else g_rate
+        forward = frame[(frame["mode"] == FORWARD_OF.get(mode)) & (frame.batch_size == batch)
+                        & (frame.device_kind == device)]
+        if rate is not None and "attention_dropout" in forward:
+          forward = forward[forward.attention_dropout == rate]
+        groups.append(_efficiency_group(mode, batch, device, g, reference_eff, rate, forward, anchors,
+                                        compute_dtype=dtype))
   return groups
 
 
 def _efficiency_group(mode: str, batch, device: str, g: pd.DataFrame, reference_eff: pd.DataFrame,
                       attention_dropout: float | None, forward: pd.DataFrame | None = None,
-                      anchors: Anchors | None = None) -> EfficiencyGroup:
+                      anchors: Anchors | None = None, compute_dtype: str | None = None) -> EfficiencyGroup:
   lengths = sorted(g.length.unique().tolist())
   attentions = sorted(g.attention.unique(),
                       key=lambda n: (n not in BASELINES, BASELINES.index(n) if n in BASELINES else 0, n))
   what, setting = describe(mode, int(batch), device, g)
+  setting += f", {compute_dtype}" if compute_dtype else ""   # set only where the device's sweeps differ in it
   slope_note = "Last column: the fitted log-log slope in length (crossover table)."
   speed = _efficiency_table(g, "steps_per_second", lambda v: f"{v:.2f}",
                             f"Steps per second, {what}; {setting}. Median over repeats; "
@@ -432,7 +444,7 @@ def _efficiency_group(mode: str, batch, device: str, g: pd.DataFrame, reference_
   return EfficiencyGroup(mode, int(batch), device, g, speed, memory, flops, published, COMPILED_MEMORY,
                          peak_memory, crossover_table(crossovers, what, setting, lengths), crossovers, what,
                          setting, attention_dropout, checks_table(checks, mode, what, setting, has_forward),
-                         checks, anchors_tables(checks, mode, setting, anchors.flash, anchors.fla))
+                         checks, anchors_tables(checks, mode, setting, anchors.flash, anchors.fla), compute_dtype)
 
 
 def _published_efficiency(reference_eff: pd.DataFrame, attentions: Sequence[str]) -> Table | None:
