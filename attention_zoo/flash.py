@@ -89,6 +89,9 @@ from attention_zoo.vanilla import VanillaAttention, VanillaConfig
 IMPLEMENTATIONS = (None, "xla", "cudnn", "pallas", "blockwise")
 # What ``resolve_implementation`` answers when training dropout sends the call to the explicit ``vanilla`` core.
 EXPLICIT_DROPOUT = "explicit (training dropout)"
+# cuDNN's fused attention refuses odd query/key lengths when training with a bias (the key mask becomes one):
+# jax/_src/cudnn/fused_attention_stablehlo.py ``check_is_flash_attention``; the "cudnn" path pads to a multiple.
+CUDNN_LENGTH_MULTIPLE = 2
 # Half-precision input dtypes cuDNN's fused attention takes (it rejects float32 and float64).
 CUDNN_DTYPES = (jnp.float16, jnp.bfloat16)
 # Largest key block of the blockwise path. Measured on XLA:CPU, one thread of an AVX2 AMD EPYC, B=1, H=8, D=64,
@@ -394,18 +397,24 @@ class FlashAttention(nn.Module):
     """``jax.nn.dot_product_attention`` ("xla" or "cudnn") with the key mask as ``mask=`` or
     ``key_value_seq_lengths``."""
     cfg = self.config
-    batch, length, _, value_dim = value.shape
+    length, value_dim = value.shape[1], value.shape[-1]
+    if implementation == "cudnn" and length % CUDNN_LENGTH_MULTIPLE:
+      # cuDNN refuses odd lengths when training with a bias (the mask becomes one), e.g. the LRA Text model's
+      # L + 1 positions with its CLS token: pad with masked keys (trailing, so "lengths" stays right), cut after
+      query, key, value = (_common.pad_axis(x, CUDNN_LENGTH_MULTIPLE, axis=1) for x in (query, key, value))
+      mask = _common.pad_axis(mask, CUDNN_LENGTH_MULTIPLE, axis=1, value=False)
+    batch, padded = mask.shape
     padding = {}
     if cfg.padding == "lengths":
       padding["key_value_seq_lengths"] = jnp.sum(mask, axis=1, dtype=jnp.int32)    # [B]
     else:
       keys = mask[:, None, None, :]                                                 # [B, 1, 1, K]
       if implementation == "cudnn":   # cuDNN takes a bias only with the full [Q, K] extent
-        keys = jnp.broadcast_to(keys, (batch, 1, length, length))
+        keys = jnp.broadcast_to(keys, (batch, 1, padded, padded))
       padding["mask"] = keys
     dtype, scale = jnp.result_type(query, key, value), 1.0 / math.sqrt(query.shape[-1])
     query, key, value = common_width(*(x.astype(dtype) for x in (query, key, value)))
     out = jax.nn.dot_product_attention(query, key, value, scale=scale,
                                        is_causal=cfg.causal, implementation=implementation,
                                        **padding)
-    return out[..., :value_dim]
+    return out[:, :length, :, :value_dim]

@@ -48,6 +48,29 @@ def test_prefix_lengths_equal_mask_for_trailing_padding():
   np.testing.assert_allclose(np.asarray(by_lengths), np.asarray(by_mask), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("padding", ["mask", "lengths"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cudnn_path_pads_an_odd_length_with_masked_keys(monkeypatch, causal, padding):
+  # cuDNN refuses odd lengths when training with a bias (check_is_flash_attention); the CPU has no cuDNN, so the
+  # kernel is replaced by XLA's, called with what the "cudnn" path passes: an even length, padded keys masked
+  seen = []
+  real = jax.nn.dot_product_attention
+
+  def kernel(query, key, value, **kwargs):
+    seen.append(query.shape[1])
+    assert kwargs.pop("implementation") == "cudnn"
+    return real(query, key, value, implementation="xla", **kwargs)
+
+  monkeypatch.setattr(jax.nn, "dot_product_attention", kernel)
+  q, k, v = random_qkv(4, 2, 23, 2, 8, 8)
+  mask = np.ones((2, 23), bool)
+  mask[0, 17:] = False                                      # trailing padding: both padding forms apply
+  out = np.asarray(run_core(create("flash", causal=causal, implementation="cudnn", padding=padding), q, k, v, mask))
+  vanilla = np.asarray(run_core(create("vanilla", causal=causal), q, k, v, mask))
+  assert seen == [24]
+  np.testing.assert_allclose(out[mask], vanilla[mask], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("implementation", [None, "xla"])
 def test_fully_padded_example_is_finite(implementation):
   q, k, v = random_qkv(2, 2, 17, 1, 8, 8)
