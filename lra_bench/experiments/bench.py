@@ -206,9 +206,8 @@ def what_ran(config: ml_collections.ConfigDict, *, training: bool, compiled=None
   program's text)."""
   from lra_bench.training import models, steps
 
-  text = compiled.as_text() if compiled is not None and config.model.attention == "flash" else None
   return {**steps.precision_fields(config), "attention_implementation": models.attention_implementation(
-      config.model, steps.compute_dtype(config), training=training, compiled_text=text)}
+      config.model, steps.compute_dtype(config), training=training, compiled=compiled)}
 
 
 def measure(config: ml_collections.ConfigDict) -> dict[str, Any]:

@@ -452,6 +452,6 @@ def attention_dropout(config: ml_collections.ConfigDict) -> float:
   """The attention dropout a benchmark point ran: its attention core's rate (``model.attention_kwargs.dropout_rate``,
   else ``model.attention_dropout_rate``) in the modes that run dropout (``train``, ``core``), 0 in ``inference``
   (deterministic)."""
-  if config.bench.mode == "inference":
-    return 0.0
-  return float(config.model.attention_kwargs.get("dropout_rate", config.model.attention_dropout_rate))
+  from lra_bench.training import models
+
+  return 0.0 if config.bench.mode == "inference" else models.core_dropout_rate(config.model)

@@ -387,24 +387,24 @@ def efficiency_groups(records: Sequence[dict], reference_eff: pd.DataFrame,
       parts = [(rate, g_all[rates == rate]) for rate in sorted(rates.dropna().unique())]
       parts += [(None, g_all[rates.isna()])] if rates.isna().any() else []  # points without a config
     for rate, g_rate in parts:
+      forward = frame[(frame["mode"] == FORWARD_OF.get(mode)) & (frame.batch_size == batch)
+                      & (frame.device_kind == device)]
+      if rate is not None and "attention_dropout" in forward:
+        forward = forward[forward.attention_dropout == rate]
       # Sweeps in different compute dtypes (a float32 lease and a bfloat16 one on the same device): one group
       # each, never one table mixing them; a single dtype keeps the group (and its file names) as they were.
       dtypes = g_rate.get("compute_dtype", pd.Series(dtype=object)).fillna("not recorded")
       split = dtypes.nunique() > 1
       for dtype in sorted(dtypes.unique()) if split else [None]:
         g = g_rate[dtypes == dtype] if split else g_rate
-        forward = frame[(frame["mode"] == FORWARD_OF.get(mode)) & (frame.batch_size == batch)
-                        & (frame.device_kind == device)]
-        if rate is not None and "attention_dropout" in forward:
-          forward = forward[forward.attention_dropout == rate]
         groups.append(_efficiency_group(mode, batch, device, g, reference_eff, rate, forward, anchors,
                                         compute_dtype=dtype))
   return groups
 
 
 def _efficiency_group(mode: str, batch, device: str, g: pd.DataFrame, reference_eff: pd.DataFrame,
-                      attention_dropout: float | None, forward: pd.DataFrame | None = None,
-                      anchors: Anchors | None = None, compute_dtype: str | None = None) -> EfficiencyGroup:
+                      attention_dropout: float | None, forward: pd.DataFrame | None, anchors: Anchors,
+                      compute_dtype: str | None = None) -> EfficiencyGroup:
   lengths = sorted(g.length.unique().tolist())
   attentions = sorted(g.attention.unique(),
                       key=lambda n: (n not in BASELINES, BASELINES.index(n) if n in BASELINES else 0, n))
@@ -434,7 +434,6 @@ def _efficiency_group(mode: str, batch, device: str, g: pd.DataFrame, reference_
                             f"{slope_note}", lengths, attentions, ("flops_per_step", "slope"))
   published = _published_efficiency(reference_eff, attentions) if mode == "train" else None
   crossovers = crossover_frame(g, attentions)
-  anchors = anchors or Anchors.load()
   ordered = sorted(attentions, key=lambda a: (family_order(g.family).index(attention_family(
       a.removesuffix(RECURRENT_SUFFIX))), a not in BASELINES, BASELINES.index(a) if a in BASELINES else 0, a))
   has_forward = forward is not None and bool(len(forward)) and mode in FORWARD_OF

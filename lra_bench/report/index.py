@@ -24,8 +24,8 @@ from tasks.progress import Progress
 from lra_bench.experiments import results
 from lra_bench.report import curves, plots, pretraining, recall, summary, viz
 from lra_bench.report.accuracy import FOLLOWUPS_TITLE, AccuracyReport, accuracy_report, followups_table
-from lra_bench.report.efficiency import (Anchors, EfficiencyGroup, dropout_words, efficiency_groups, family_order,
-                                         scaling_series)
+from lra_bench.report.efficiency import (CORE_MODES, Anchors, EfficiencyGroup, dropout_words, efficiency_groups,
+                                         family_order, scaling_series)
 from lra_bench.report.reference import (DEFAULT_REFERENCE_DIR, FOLLOWUPS_FILE, OWN_PUBLISHED, SPT_FILE,
                                         TASK_TITLES, load_followups, load_reference, load_spt_reference,
                                         own_reference)
@@ -374,8 +374,7 @@ def _bubble(accuracy_reports: Sequence[AccuracyReport], groups: Sequence[Efficie
             out_dir: str) -> tuple[list[str], str] | None:
   """Average accuracy of the first protocol with data vs training speed at the best-covered length."""
   # The model's steps only: the core modes time the attention core alone, not the model's speed.
-  train_groups = ([g for g in groups if g.mode == "train"]
-                  or [g for g in groups if g.mode not in ("core", "core_forward")])
+  train_groups = [g for g in groups if g.mode == "train"] or [g for g in groups if g.mode not in CORE_MODES]
   if not accuracy_reports or not train_groups:
     return None
   rep = next((r for r in accuracy_reports if r.avg_tasks), None)

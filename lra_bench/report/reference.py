@@ -374,13 +374,19 @@ NOT_OUR_LAYER = {
 }
 
 
+def _load(name: str, columns: list[str], reference_dir: str | None) -> pd.DataFrame:
+  """``published/<name>`` (or ``reference_dir``'s) as text, empty where the paper has no number; an empty frame
+  with ``columns`` if the file is missing."""
+  path = os.path.join(reference_dir or DEFAULT_REFERENCE_DIR, name)
+  if not os.path.exists(path):
+    return pd.DataFrame(columns=columns)
+  return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
 def load_modern(reference_dir: str | None = None) -> pd.DataFrame:
   """The rows of ``modern_layers_accuracy.csv`` (columns ``MODERN_COLUMNS``; text, empty where the paper has
   no number); an empty frame if the file is missing."""
-  path = os.path.join(reference_dir or DEFAULT_REFERENCE_DIR, MODERN_FILE)
-  if not os.path.exists(path):
-    return pd.DataFrame(columns=MODERN_COLUMNS)
-  return pd.read_csv(path, dtype=str, keep_default_na=False)
+  return _load(MODERN_FILE, MODERN_COLUMNS, reference_dir)
 
 
 def published_layer(model: str) -> str | None:
@@ -432,10 +438,7 @@ SPT_COLUMNS = ["source", "protocol", "model", "pretraining", *[REFERENCE_COLUMN.
 def load_spt_reference(reference_dir: str | None = None) -> pd.DataFrame:
   """The rows of ``spt_accuracy.csv`` (columns ``SPT_COLUMNS``; text, empty where the paper has no
   number); an empty frame if the file is missing."""
-  path = os.path.join(reference_dir or DEFAULT_REFERENCE_DIR, SPT_FILE)
-  if not os.path.exists(path):
-    return pd.DataFrame(columns=SPT_COLUMNS)
-  return pd.read_csv(path, dtype=str, keep_default_na=False)
+  return _load(SPT_FILE, SPT_COLUMNS, reference_dir)
 
 
 # The published anchors of the efficiency report (``report.efficiency``): FlashAttention-2's and -3's
@@ -462,13 +465,6 @@ ANCHOR_SOURCES = {
     "nvidia_h200_datasheet": "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)",
     "nvidia_a100_datasheet": "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column)",
 }
-
-
-def _load(name: str, columns: list[str], reference_dir: str | None) -> pd.DataFrame:
-  path = os.path.join(reference_dir or DEFAULT_REFERENCE_DIR, name)
-  if not os.path.exists(path):
-    return pd.DataFrame(columns=columns)
-  return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def load_flash_reference(reference_dir: str | None = None) -> pd.DataFrame:

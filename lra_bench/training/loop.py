@@ -362,10 +362,9 @@ class Run:
     self.compiled, self.compile_seconds, self.analysis = compile_train_step(self.placed, self.state,
                                                                             global_shapes)
     xla_stats.check_fits(self.compiled, "train step", steps.MEMORY_FIX)  # before the allocator aborts
-    # what computes a flash model's attention in the train step (its text is read only for flash)
+    # what computes a flash model's attention in the train step
     self.attention_implementation = models.attention_implementation(
-        config.model, steps.compute_dtype(config), training=True,
-        compiled_text=self.compiled.as_text() if config.model.attention == "flash" else None)
+        config.model, steps.compute_dtype(config), training=True, compiled=self.compiled)
     self.workdir = workdir
     self.writer = _summary_writer(workdir)
     self.schedule = optim.learning_rate_schedule(config.optimizer)

@@ -272,7 +272,13 @@ CUDNN_NOT_FOUND = "cudnn (not found in compiled program)"
 CUDNN_FMHA_TARGET = "__cudnn$fmha"
 
 
-def attention_implementation(c, dtype, *, training: bool, compiled_text: str | None = None,
+def core_dropout_rate(c) -> float:
+  """The attention dropout rate of ``model`` config ``c``'s attention core: ``attention_kwargs.dropout_rate``,
+  else ``attention_dropout_rate``."""
+  return float(c.attention_kwargs.get("dropout_rate", c.attention_dropout_rate))
+
+
+def attention_implementation(c, dtype, *, training: bool, compiled=None, compiled_text: str | None = None,
                              backend: str | None = None) -> str | None:
   """What computes the attention of a model whose layer is ``flash`` (the records' ``attention_implementation``);
   None for every other layer. ``c``: the ``model`` ConfigDict; ``dtype``: the compute dtype.
@@ -280,18 +286,18 @@ def attention_implementation(c, dtype, *, training: bool, compiled_text: str | N
   The answer is ``attention_zoo.flash.resolve_implementation(core config, dtype, backend)`` ("cudnn", "pallas",
   "xla", "blockwise", "explicit (training dropout)"), asked of the core as the model builds it: with its
   attention dropout when ``training`` (the train step), without it otherwise (evaluation is deterministic).
-  "cudnn" is checked against ``compiled_text`` (the compiled program's ``as_text()``) when given: without a
-  cuDNN fused-attention custom call there, ``CUDNN_NOT_FOUND``.
+  "cudnn" is checked against ``compiled_text``, or the text of the compiled program ``compiled`` (read only for
+  a ``flash`` model), when given: without a cuDNN fused-attention custom call there, ``CUDNN_NOT_FOUND``.
   """
   if c.attention != "flash":
     return None
   from attention_zoo import flash  # the one layer this describes; imported where it is asked about
 
-  kwargs = dict(c.attention_kwargs)
-  rate = kwargs.pop("dropout_rate", c.attention_dropout_rate)  # as MultiHeadAttention creates the core
-  rate = rate if training else 0.0
-  core = attention_zoo.layer_config("flash", dropout_rate=rate, **kwargs)
+  kwargs = {k: v for k, v in c.attention_kwargs.items() if k != "dropout_rate"}
+  core = attention_zoo.layer_config("flash", dropout_rate=core_dropout_rate(c) if training else 0.0, **kwargs)
   name = flash.resolve_implementation(core, dtype, backend)
+  if compiled_text is None and compiled is not None:
+    compiled_text = compiled.as_text()
   if name == "cudnn" and compiled_text is not None and CUDNN_FMHA_TARGET not in compiled_text:
     return CUDNN_NOT_FOUND
   return name
