@@ -257,12 +257,14 @@ def l2norm(z, eps=1e-6):
   return z / np.sqrt((z * z).sum(-1, keepdims=True) + eps)
 
 
-def fla_short_conv(x, weight):
-  """fla ShortConvolution (Conv1d, groups = C, padding W − 1, first L outputs) then SiLU: x [B, L, C], weight
-  [W, C] (flax layout; torch's [C, 1, W] is its transpose): y_t = Σ_i w_i x_{t−W+1+i}."""
+def fla_short_conv(x, weight, activation=True):
+  """fla ShortConvolution (Conv1d, groups = C, padding W − 1, first L outputs) then SiLU (``activation=False``:
+  fla's ``activation=None``, as HGRN2's): x [B, L, C], weight [W, C] (flax layout; torch's [C, 1, W] is its
+  transpose): y_t = Σ_i w_i x_{t−W+1+i}."""
   width, length = weight.shape[0], x.shape[1]
   padded = np.concatenate([np.zeros((x.shape[0], width - 1, x.shape[2])), x], axis=1)
-  return silu(sum(weight[i] * padded[:, i:i + length] for i in range(width)))
+  y = sum(weight[i] * padded[:, i:i + length] for i in range(width))
+  return silu(y) if activation else y
 
 
 def naive_recurrent_gla(q, k, v, gk):

@@ -1,9 +1,9 @@
 """HGRN2 mixer (attention_zoo/mixers/hgrn2.py), float64 and tiny: the whole layer against a numpy transcription of
 fla's ``HGRN2Attention`` gates (fla/layers/hgrn2.py) and of ``naive_recurrent_gla`` (fla/ops/gla/naive.py, the kernel
 HGRN2 runs on; in tests/mixer_forms.py) built from the module's own parameters (causal; with and without a lower
-bound), and against the full-matrix bidirectional form (forward + backward − diagonal); mode "chunk" against mode
-"recurrent" (outputs and gradients, both directions); padding at the end and inside a row; causality;
-``state_size``. The conformance kit: tests/test_attention_registry.py."""
+bound; with fla's optional short convolutions), and against the full-matrix bidirectional form (forward + backward −
+diagonal); mode "chunk" against mode "recurrent" (outputs and gradients, both directions); padding at the end and
+inside a row; causality; ``state_size``. The conformance kit: tests/test_attention_registry.py."""
 
 from __future__ import annotations
 
@@ -36,13 +36,14 @@ def reference_layer(params, x, cfg: HGRN2Config, causal=True):
   batch, length, d = x.shape
   heads, kd, vd = cfg.dims(d)
   split = lambda z, n: z.reshape(batch, length, heads, n)
-  q = x @ p["q_proj"]["kernel"]
+  q, f, i = (x @ p[f"{n}_proj"]["kernel"] for n in "qfi")
+  if cfg.use_short_conv:  # fla's ShortConvolution with activation=None on each projection
+    q, f, i = (forms.fla_short_conv(z, p[f"{n}_conv1d"]["kernel"], activation=False) for n, z in zip("qfi", (q, f, i)))
   q = q / (1 + np.exp(-q))
-  g = forms.log_sigmoid(x @ p["f_proj"]["kernel"])
+  g = forms.log_sigmoid(f)
   if cfg.lower_bound > 0:
     g = np.logaddexp(np.log(cfg.lower_bound), np.log1p(-cfg.lower_bound) + g)
   k = 1 - np.exp(g)
-  i = x @ p["i_proj"]["kernel"]
   q, k, g, i = split(q, kd), split(k, kd), split(g, kd), split(i, vd)
   o = forms.naive_recurrent_gla(q, k, i, g) if causal else forms.bidirectional_gla(q, k, i, g)
   o = forms.rms_norm(o.reshape(batch, length, heads * vd), p["g_norm_weight"], cfg.norm_eps)
@@ -69,6 +70,24 @@ def test_lower_bound_matches_fla_logaddexp_form(x64):
   assert not np.allclose(out, forms.apply(unbounded, {"params": params}, x, np.ones((2, LENGTH), bool)))
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_short_convolution_option_matches_reference_and_ignores_padding(x64, causal):
+  """``use_short_conv=True`` (fla's option): the layer equals the transcription with fla's ShortConvolution
+  (activation None) on q, f, i; row 0 padded inside and at its end (its padded positions 50·N(0, 1)) equals the row
+  without them."""
+  overrides = {**(CAUSAL if causal else forms.ENGINE_BIDIR), "use_short_conv": True, "lower_bound": 0.3}
+  out, params, x, cfg = forms.engine_outputs(NAME, overrides, _init, seed=2)
+  assert {"q_conv1d", "f_conv1d", "i_conv1d"} <= set(params)
+  _close(out, reference_layer(params, x, cfg, causal=causal))
+  mixer = attention_zoo.create_mixer(NAME, **overrides)
+  variables = _init(mixer, x)
+  mask = np.ones((2, LENGTH), bool)
+  mask[0, [3, 4, 12, 13]] = False
+  noisy = np.array(x)
+  noisy[0, [3, 4, 12, 13]] = 50.0 * forms.rows(5, 1, 4, D)[0]
+  forms.check_padding_removed(lambda z, m: forms.apply(mixer, variables, z, m), noisy, mask, _close)
+
+
 def test_state_size_and_head_derivation():
   cfg = attention_zoo.mixer_config(NAME)
   # E = the largest divisor of D that is <= 128, H = D / E: one head up to D = 128, then D / 128 heads
@@ -78,6 +97,8 @@ def test_state_size_and_head_derivation():
   assert cfg.state_size(1000, 16) == 16 * 16              # H·K·V = D·E
   assert cfg.state_size(7, 512) == 4 * 128 * 128 == 512 * 128
   assert HGRN2Config(expand_ratio=4).state_size(7, 16) == 4 * 4 * 4
+  # with fla's short convolutions: + the last W - 1 = 3 inputs of q and f (H·K = 64 channels each) and i (D = 64)
+  assert HGRN2Config(use_short_conv=True).state_size(1000, 64) == 64 * 64 + 3 * (64 + 64 + 64)
   with pytest.raises(ValueError):
     HGRN2Config(lower_bound=1.0)
 

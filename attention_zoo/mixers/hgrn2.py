@@ -57,12 +57,17 @@ Differences from the original:
 - fla's layer is followed here, not the paper's first code (OpenNLPLab/HGRN2's ``Hgru2_1d``: silu on the input,
   sigmoid on the output gate, a LayerNorm, biased projections, no K^(-1/2) scale).
 - Dropout: fla's layer has none; ``config.dropout_rate`` is applied to the layer's output only.
-- Left out: fla's ``use_short_conv`` option (off by default) and the model-level ``prenorm_residual_strategy``
-  rescaling of ``o_proj``.
+- ``use_short_conv`` (off, as fla's default): fla's width-4 causal depthwise convolutions, without activation
+  or bias, on the q, f and i projections; the rows are packed (real tokens first, in order, as fla's unpadding)
+  so each window holds the previous real tokens, and the convolutions stay causal when ``causal=False``.
+  Parameters ``q_conv1d``/``f_conv1d``/``i_conv1d`` N(0, 0.02²) (fla's ``_init_weights`` leaves the Conv1d at
+  PyTorch's default; as for ``gla``).
+- Left out: the model-level ``prenorm_residual_strategy`` rescaling of ``o_proj``.
 - Parameters are created in the compute dtype (float32; float64 for float64 inputs). Initialisation uses fla's
   model-level ``_init_weights`` (N(0, 0.02²)); a bare fla layer would keep PyTorch's default Linear init.
 
-State for causal generation (``state_size``): H·K·V = D·E floats per example and layer.
+State for causal generation (``state_size``): H·K·V = D·E floats per example and layer; with ``use_short_conv``
+also the convolutions' last W − 1 inputs, (W − 1)·(2·H·K + D).
 """
 
 from __future__ import annotations
@@ -75,13 +80,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers._layer_common import (HeadStatesSize, check_mode, finish, fla_heads, fla_linear,
-                                                largest_divisor, layer_input, recurrence, rms_normalize)
+from attention_zoo.mixers._layer_common import (QKVConvStateSize, ShortConvolution, check_mode, finish, fla_heads,
+                                                fla_linear, gather, largest_divisor, layer_input, pack, recurrence,
+                                                rms_normalize)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
-class HGRN2Config(HeadStatesSize, MixerConfig):
+class HGRN2Config(QKVConvStateSize, MixerConfig):
   """HGRN2 options (defaults: fla ``fla/layers/hgrn2.py`` ``HGRN2Attention``).
 
   Attributes:
@@ -89,6 +95,8 @@ class HGRN2Config(HeadStatesSize, MixerConfig):
       that is ≤ this, and H = d_model / E heads.
     lower_bound: β, the forget gate's constant lower bound in [0, 1) (0: fla's first / lone layer).
     norm_eps: the output RMSNorm's epsilon.
+    use_short_conv, conv_size, conv_bias: fla's optional causal depthwise convolutions (no activation) on the q,
+      f and i projections (off by default, as fla's).
     mode: "chunk" (chunked-parallel, training default) or "recurrent" (token-by-token scan, the reference).
     chunk_size: the chunk length of mode "chunk".
   """
@@ -96,6 +104,9 @@ class HGRN2Config(HeadStatesSize, MixerConfig):
   expand_ratio: int = 128
   lower_bound: float = 0.0
   norm_eps: float = 1e-5
+  use_short_conv: bool = False
+  conv_size: int = 4
+  conv_bias: bool = False
   mode: str = "chunk"
   chunk_size: int = 64
 
@@ -104,8 +115,8 @@ class HGRN2Config(HeadStatesSize, MixerConfig):
 
   def __post_init__(self):
     check_mode("HGRN2", self.mode)
-    if self.expand_ratio < 1 or self.chunk_size < 1:
-      raise ValueError("HGRN2: expand_ratio and chunk_size must be positive")
+    if self.expand_ratio < 1 or self.chunk_size < 1 or self.conv_size < 1:
+      raise ValueError("HGRN2: expand_ratio, chunk_size and conv_size must be positive")
     if not 0.0 <= self.lower_bound < 1.0:
       raise ValueError(f"HGRN2: lower_bound must lie in [0, 1), got {self.lower_bound}")
 
@@ -128,8 +139,15 @@ class HGRN2(nn.Module):
     batch, length, d_model = x.shape
     heads, k_dim, v_dim = cfg.dims(d_model)
     dtype, mask, u = layer_input(x, mask)
+    if cfg.use_short_conv:  # real tokens first, so each window holds the previous real tokens (as fla's unpadding)
+      u, real, dest = pack(u, mask)
+    else:
+      real = mask
 
     q, f, v = fla_heads(u, dtype, heads, q_proj=k_dim, f_proj=k_dim, i_proj=v_dim)   # [B, L, H, K|K|V]
+    if cfg.use_short_conv:  # fla's ShortConvolution with activation=None on each projection
+      q, f, v = (ShortConvolution(cfg.conv_size, cfg.conv_bias, silu=False, name=f"{name}_conv1d")(
+          z.reshape(batch, length, -1)).reshape(z.shape) for name, z in (("q", q), ("f", f), ("i", v)))
     q = jax.nn.silu(q)
     beta = cfg.lower_bound
     log_decay = jax.nn.log_sigmoid(f)
@@ -138,8 +156,10 @@ class HGRN2(nn.Module):
       log_decay = jnp.logaddexp(np.log(beta), np.log1p(-beta) + log_decay)
       k = (1.0 - beta) * k
 
-    o = recurrence(cfg, q * k_dim ** -0.5, k, v, mask, log_decay=log_decay)                   # [B, L, H, V]
+    o = recurrence(cfg, q * k_dim ** -0.5, k, v, real, log_decay=log_decay)                   # [B, L, H, V]
     norm_weight = self.param("g_norm_weight", nn.initializers.ones, (d_model,), dtype)
     o = rms_normalize(o.astype(dtype).reshape(batch, length, heads * v_dim), cfg.norm_eps) * norm_weight
     y = fla_linear(d_model, "o_proj", dtype)(o)
+    if cfg.use_short_conv:
+      y = gather(y, dest)
     return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)
