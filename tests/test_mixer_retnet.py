@@ -1,6 +1,7 @@
 """RetNet mixer (attention_zoo/mixers/retnet.py), float64 and tiny: the whole layer against a numpy transcription of
 fla's ``naive_retention`` (fla/ops/retention/naive.py, the parallel form with the decay matrix) and of fla's RoPE
-(``rotary_embedding_ref``, rotate-half) built from the module's own parameters (causal), and against the same form
+(``rotary_embedding_ref``, rotate-half) built from the module's own parameters (causal; with fla's optional short
+convolutions), and against the same form
 with a symmetric decay matrix γ^|i−j| (bidirectional); mode "chunk" against mode "recurrent" (outputs and gradients,
 both directions); padding at the end and inside a row; causality; ``state_size``.
 The conformance kit: tests/test_attention_registry.py."""
@@ -60,9 +61,12 @@ def reference_layer(params, x, cfg: RetNetConfig, causal=True):
   batch, length, d = x.shape
   heads, kd, vd = cfg.dims(d)
   split = lambda z, n: z.reshape(batch, length, heads, n)
-  q = rotary_ref(split(x @ p["q_proj"]["kernel"], kd), cfg.rope_base)
-  k = rotary_ref(split(x @ p["k_proj"]["kernel"], kd), cfg.rope_base)
-  v = split(x @ p["v_proj"]["kernel"], vd)
+  qkv = [x @ p[f"{n}_proj"]["kernel"] for n in "qkv"]
+  if cfg.use_short_conv:  # fla's ShortConvolution (SiLU) on each projection, before RoPE
+    qkv = [forms.fla_short_conv(z, p[f"{n}_conv1d"]["kernel"]) for n, z in zip("qkv", qkv)]
+  q = rotary_ref(split(qkv[0], kd), cfg.rope_base)
+  k = rotary_ref(split(qkv[1], kd), cfg.rope_base)
+  v = split(qkv[2], vd)
   return forms.fla_gated_output(p, naive_retention(q, k, v, causal), x, cfg.norm_eps)
 
 
@@ -79,6 +83,24 @@ def test_layer_matches_fla_naive_retention(x64, overrides):
   _close(out, reference_layer(params, x, cfg, causal=True))
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_short_convolution_option_matches_reference_and_ignores_padding(x64, causal):
+  """``use_short_conv=True`` (fla's option): the layer equals the transcription with fla's ShortConvolution on
+  q, k, v before RoPE; row 0 padded inside and at its end (its padded positions 50·N(0, 1)) equals the row without
+  them (the convolution windows and the RoPE positions count real tokens only)."""
+  overrides = {**(CAUSAL if causal else forms.ENGINE_BIDIR), "use_short_conv": True}
+  out, params, x, cfg = forms.engine_outputs(NAME, overrides, _init, seed=2)
+  assert {"q_conv1d", "k_conv1d", "v_conv1d"} <= set(params)
+  _close(out, reference_layer(params, x, cfg, causal=causal))
+  mixer = attention_zoo.create_mixer(NAME, **overrides)
+  variables = _init(mixer, x)
+  mask = np.ones((2, LENGTH), bool)
+  mask[0, [3, 4, 12, 13]] = False
+  noisy = np.array(x)
+  noisy[0, [3, 4, 12, 13]] = 50.0 * forms.rows(5, 1, 4, D)[0]
+  forms.check_padding_removed(lambda z, m: forms.apply(mixer, variables, z, m), noisy, mask, _close)
+
+
 def test_state_size_and_head_derivation():
   cfg = attention_zoo.mixer_config(NAME)
   # d_model 64: key dim 64, value dim 128, 8 heads of K 8, V 16 -> 8·8·16 = 2·64²/8
@@ -89,6 +111,8 @@ def test_state_size_and_head_derivation():
   assert cfg.dims(12) == (6, 2, 4)
   assert cfg.dims(10) == (5, 2, 4)
   assert cfg.dims(9) == (3, 3, 6)                         # no count gives an even K: the largest divisor
+  # with fla's short convolutions: + the last W - 1 = 3 inputs of q, k (64 channels each) and v (128)
+  assert RetNetConfig(use_short_conv=True).state_size(1000, 64) == 8 * 8 * 16 + 3 * (64 + 64 + 128)
 
 
 def test_decays_and_rotary_positions(x64):

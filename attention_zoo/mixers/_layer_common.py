@@ -253,26 +253,14 @@ def value_head_dim(head_dim: int, expand_v: float, layer: str) -> int:
   return dv
 
 
-class HeadStatesSize:
-  """``state_size`` of a config whose ``dims(d_model)`` gives (H, K, V) and whose layer keeps one [K, V] matrix
-  state per head and nothing else (``gla``, ``retnet``, ``hgrn2``); a base before ``MixerConfig``."""
-
-  def state_size(self, length: int, d_model: int) -> int:
-    """H·K·V: one [K, V] matrix state per head (independent of the length).
-
-    (H, K, V) from the config's ``dims``.
-    """
-    del length
-    return math.prod(self.dims(d_model))
-
-
 class QKVConvStateSize:
-  """``state_size`` of a config whose ``dims(d_model)`` gives (H, K, V) and whose ``conv_size`` and
-  ``use_short_conv`` set the q, k, v short convolutions (the DeltaNet family); a base before ``MixerConfig``."""
+  """``state_size`` of a config whose ``dims(d_model)`` gives (H, K, V), whose layer keeps one [K, V] matrix state
+  per head, and whose ``conv_size`` and ``use_short_conv`` set three short convolutions of widths H·K, H·K and H·V
+  (q, k, v; HGRN2's q, f, i): the DeltaNet family, ``gla``, ``retnet``, ``hgrn2``; a base before ``MixerConfig``."""
 
   def state_size(self, length: int, d_model: int) -> int:
-    """H·K·V + (W − 1)·H·(2K + V): the delta-rule states [K, V] of the H heads plus, with use_short_conv, the last
-    W − 1 inputs of the q, k and v short convolutions (independent of the length).
+    """H·K·V + (W − 1)·H·(2K + V): the [K, V] states of the H heads plus, with use_short_conv, the last W − 1
+    inputs of the three short convolutions (q, k, v; HGRN2's q, f, i) (independent of the length).
 
     (H, K, V) from the config's ``dims``; W = conv_size.
     """

@@ -80,14 +80,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers._layer_common import (HeadStatesSize, ShortConvolution, check_mode, finish, fla_heads,
+from attention_zoo.mixers._layer_common import (QKVConvStateSize, ShortConvolution, check_mode, finish, fla_heads,
                                                 fla_linear, gather, largest_divisor, layer_input, pack, recurrence,
                                                 rms_normalize)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
-class HGRN2Config(HeadStatesSize, MixerConfig):
+class HGRN2Config(QKVConvStateSize, MixerConfig):
   """HGRN2 options (defaults: fla ``fla/layers/hgrn2.py`` ``HGRN2Attention``).
 
   Attributes:
@@ -119,16 +119,6 @@ class HGRN2Config(HeadStatesSize, MixerConfig):
       raise ValueError("HGRN2: expand_ratio, chunk_size and conv_size must be positive")
     if not 0.0 <= self.lower_bound < 1.0:
       raise ValueError(f"HGRN2: lower_bound must lie in [0, 1), got {self.lower_bound}")
-
-  def state_size(self, length: int, d_model: int) -> int:
-    """H·K·V + (W − 1)·H·(2K + V): the [K, V] states of the H heads plus, with use_short_conv, the last W − 1
-    inputs of the q, f and i short convolutions (independent of the length).
-
-    (H, K, V) from ``dims``; W = conv_size.
-    """
-    heads, k, v = self.dims(d_model)
-    conv = (self.conv_size - 1) * heads * (2 * k + v) if self.use_short_conv else 0
-    return super().state_size(length, d_model) + conv
 
   def dims(self, d_model: int) -> tuple[int, int, int]:
     """(H, K, V): heads, forget dim and input dim per head at width ``d_model`` (K = V = E)."""

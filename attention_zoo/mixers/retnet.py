@@ -61,14 +61,18 @@ Differences from the original:
 - The paper's xPos (RoPE with a per-channel length scaling, torchscale's ``XPOS``) is fla's plain RoPE here, as in
   fla's layer.
 - Dropout: fla's layer has none; ``config.dropout_rate`` is applied to the layer's output only.
-- Left out: fla's options ``num_kv_heads``, ``feature_map``, ``use_short_conv``, a non-swish ``gate_fn`` /
+- ``use_short_conv`` (off, as fla's default): fla's width-4 causal depthwise convolutions, then SiLU, on the q, k
+  and v projections before RoPE; the rows are packed (real tokens first, in order, as fla's unpadding) so each
+  window holds the previous real tokens, and the convolutions stay causal when ``causal=False``. Parameters
+  ``q_conv1d``/``k_conv1d``/``v_conv1d`` N(0, 0.02²) (fla's ``_init_weights`` covers ``nn.Conv1d``).
+- Left out: fla's options ``num_kv_heads``, ``feature_map``, a non-swish ``gate_fn`` /
   ``fuse_norm=False``, and the model-level ``prenorm_residual_strategy`` rescaling of ``o_proj``.
 - Parameters are created in the compute dtype (float32; float64 for float64 inputs). Initialisation uses fla's
   model-level ``_init_weights`` (N(0, 0.02²)); a bare fla layer would keep PyTorch's default Linear init.
 
 State for causal generation (``state_size``): H·K·V floats per example and layer (RoPE needs only the position
 counter, which is not counted, as in Zoology); with the defaults H·(D/H)·(2D/H) = 2D²/H (H = 8 at widths divisible
-by 8).
+by 8); with ``use_short_conv`` also the convolutions' last W − 1 inputs, (W − 1)·H·(2K + V).
 """
 
 from __future__ import annotations
@@ -81,8 +85,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers._layer_common import (HeadStatesSize, check_mode, common_heads, finish, fla_gated_output,
-                                                fla_heads, layer_input, recurrence)
+from attention_zoo.mixers._layer_common import (QKVConvStateSize, ShortConvolution, check_mode, common_heads, finish,
+                                                fla_gated_output, fla_heads, gather, layer_input, pack, recurrence)
 from attention_zoo.registry import MixerConfig, register_mixer
 
 
@@ -103,7 +107,7 @@ def rotary(z: jax.Array, positions: jax.Array, base: float) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class RetNetConfig(HeadStatesSize, MixerConfig):
+class RetNetConfig(QKVConvStateSize, MixerConfig):
   """Multi-scale retention options (defaults: fla ``fla/layers/multiscale_retention.py``).
 
   Attributes:
@@ -113,6 +117,8 @@ class RetNetConfig(HeadStatesSize, MixerConfig):
     rope_base: the RoPE base (fla's ``RotaryEmbedding`` default).
     use_output_gate: RMSNorm ⊙ swish(W_g x) (True) or RMSNorm only.
     norm_eps: the RMSNorm's epsilon.
+    use_short_conv, conv_size, conv_bias: fla's optional causal depthwise convolutions (then SiLU) on q, k, v
+      (off by default, as fla's).
     mode: "chunk" (chunked-parallel, training default) or "recurrent" (token-by-token scan, the reference).
     chunk_size: the chunk length of mode "chunk".
   """
@@ -123,6 +129,9 @@ class RetNetConfig(HeadStatesSize, MixerConfig):
   rope_base: float = 10000.0
   use_output_gate: bool = True
   norm_eps: float = 1e-5
+  use_short_conv: bool = False
+  conv_size: int = 4
+  conv_bias: bool = False
   mode: str = "chunk"
   chunk_size: int = 64
 
@@ -131,8 +140,8 @@ class RetNetConfig(HeadStatesSize, MixerConfig):
 
   def __post_init__(self):
     check_mode("RetNet", self.mode)
-    if self.num_heads < 1 or self.chunk_size < 1:
-      raise ValueError("RetNet: num_heads and chunk_size must be positive")
+    if self.num_heads < 1 or self.chunk_size < 1 or self.conv_size < 1:
+      raise ValueError("RetNet: num_heads, chunk_size and conv_size must be positive")
 
   def dims(self, d_model: int) -> tuple[int, int, int]:
     """(H, K, V): heads and per-head key / value dims at width ``d_model``."""
@@ -154,12 +163,22 @@ class RetNet(nn.Module):
     d_model = x.shape[-1]
     heads, k_dim, v_dim = cfg.dims(d_model)
     dtype, mask, u = layer_input(x, mask)
-    positions = jnp.cumsum(mask, axis=1) - 1                                             # [B, L] real-token index
+    if cfg.use_short_conv:  # real tokens first, so each window holds the previous real tokens (as fla's unpadding)
+      u, real, dest = pack(u, mask)
+    else:
+      real = mask
+    positions = jnp.cumsum(real, axis=1) - 1                                             # [B, L] real-token index
 
     q, k, v = fla_heads(u, dtype, heads, q_proj=k_dim, k_proj=k_dim, v_proj=v_dim)   # [B, L, H, K|K|V]
+    if cfg.use_short_conv:  # fla's ShortConvolution (SiLU) on each projection, before RoPE
+      batch, length = u.shape[:2]
+      q, k, v = (ShortConvolution(cfg.conv_size, cfg.conv_bias, name=f"{name}_conv1d")(z.reshape(batch, length, -1))
+                 .reshape(z.shape) for name, z in (("q", q), ("k", k), ("v", v)))
     q, k = rotary(q, positions, cfg.rope_base), rotary(k, positions, cfg.rope_base)
     log_decay = jnp.asarray(retention_log_decay(heads), dtype)                          # [H]
 
-    o = recurrence(cfg, q * k_dim ** -0.5, k, v, mask, log_decay=log_decay)                   # [B, L, H, V]
+    o = recurrence(cfg, q * k_dim ** -0.5, k, v, real, log_decay=log_decay)                   # [B, L, H, V]
     y = fla_gated_output(self, o, u, d_model, dtype, cfg.norm_eps, cfg.use_output_gate)
+    if cfg.use_short_conv:
+      y = gather(y, dest)
     return finish(y, mask, x.dtype, cfg.dropout_rate, deterministic)
