@@ -367,6 +367,24 @@ def engine_outputs(name, overrides, make_variables, seed, length=ENGINE_LENGTH, 
   return out, variables["params"], x, mixer.config
 
 
+def check_short_conv_option(name, make_variables, agree, reference_layer, causal, conv_names, **overrides):
+  """fla's ``use_short_conv=True`` option of gla, retnet, hgrn2: the layer (causal or bidirectional, plus
+  ``overrides``) has the convolutions ``conv_names`` and equals ``reference_layer(params, x, config, causal=...)``
+  (the file's transcription with fla's ShortConvolution); row 0 padded inside and at its end (its padded positions
+  50·N(0, 1)) equals the row without them."""
+  overrides = {**(ENGINE_CAUSAL if causal else ENGINE_BIDIR), "use_short_conv": True, **overrides}
+  out, params, x, cfg = engine_outputs(name, overrides, make_variables, seed=2)
+  assert set(conv_names) <= set(params)
+  agree(out, reference_layer(params, x, cfg, causal=causal))
+  mixer = attention_zoo.create_mixer(name, **overrides)
+  variables = make_variables(mixer, x)
+  mask = np.ones((2, ENGINE_LENGTH), bool)
+  mask[0, [3, 4, 12, 13]] = False
+  noisy = np.array(x)
+  noisy[0, [3, 4, 12, 13]] = 50.0 * rows(5, 1, 4, x.shape[-1])[0]
+  check_padding_removed(lambda z, m: apply(mixer, variables, z, m), noisy, mask, agree)
+
+
 class EngineContract:
   """gla, retnet, hgrn2, mamba2 on the engine (float64, d_model 16, the chunked form with chunks of 4): the
   bidirectional layer against the file's full-matrix form; mode "chunk" against mode "recurrent" (outputs and

@@ -88,17 +88,7 @@ def test_short_convolution_option_matches_reference_and_ignores_padding(x64, cau
   """``use_short_conv=True`` (fla's option): the layer equals the transcription with fla's ShortConvolution on
   q, k, v before RoPE; row 0 padded inside and at its end (its padded positions 50·N(0, 1)) equals the row without
   them (the convolution windows and the RoPE positions count real tokens only)."""
-  overrides = {**(CAUSAL if causal else forms.ENGINE_BIDIR), "use_short_conv": True}
-  out, params, x, cfg = forms.engine_outputs(NAME, overrides, _init, seed=2)
-  assert {"q_conv1d", "k_conv1d", "v_conv1d"} <= set(params)
-  _close(out, reference_layer(params, x, cfg, causal=causal))
-  mixer = attention_zoo.create_mixer(NAME, **overrides)
-  variables = _init(mixer, x)
-  mask = np.ones((2, LENGTH), bool)
-  mask[0, [3, 4, 12, 13]] = False
-  noisy = np.array(x)
-  noisy[0, [3, 4, 12, 13]] = 50.0 * forms.rows(5, 1, 4, D)[0]
-  forms.check_padding_removed(lambda z, m: forms.apply(mixer, variables, z, m), noisy, mask, _close)
+  forms.check_short_conv_option(NAME, _init, _close, reference_layer, causal, ("q_conv1d", "k_conv1d", "v_conv1d"))
 
 
 def test_state_size_and_head_derivation():
