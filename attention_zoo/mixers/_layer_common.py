@@ -319,6 +319,15 @@ class ShortConvolution(nn.Module):
     return jax.nn.silu(y) if self.silu else y
 
 
+def fla_short_convs(cfg, silu=True, **named):
+  """fla's optional short convolutions of ``gla``, ``retnet`` and ``hgrn2`` (``cfg.use_short_conv``): for each
+  ``name=z`` (z [B, L, H, n], in order) a :class:`ShortConvolution` ``{name}_conv1d`` of width ``cfg.conv_size``,
+  bias ``cfg.conv_bias`` and SiLU if ``silu``, over the H·n channels; returns the list, shapes kept. Call it on
+  packed rows (:func:`pack`) so each window holds the previous real tokens."""
+  return [ShortConvolution(cfg.conv_size, cfg.conv_bias, silu, name=f"{name}_conv1d")(
+      z.reshape(*z.shape[:2], -1)).reshape(z.shape) for name, z in named.items()]
+
+
 def delta_rule_inputs(h, cfg, heads, dk, dv, dtype, qk_activation="silu", qk_norm="l2", use_beta=True):
   """q, k [B, L, H, K], v [B, L, H, V] and β [B, L, H] of the DeltaNet family (``deltanet``, ``gated_deltanet``,
   ``kda``) from packed rows h [B, L, D] (:func:`pack`, so the causal convolutions read the previous real tokens),

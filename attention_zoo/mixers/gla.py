@@ -71,7 +71,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention_zoo.mixers._layer_common import (QKVConvStateSize, ShortConvolution, check_mode, common_heads, finish,
+from attention_zoo.mixers._layer_common import (QKVConvStateSize, check_mode, fla_short_convs, common_heads, finish,
                                                 fla_gated_output, fla_heads, fla_linear, gather, layer_input, pack,
                                                 recurrence)
 from attention_zoo.registry import MixerConfig, register_mixer
@@ -145,8 +145,7 @@ class GLA(nn.Module):
 
     q, k, v = fla_heads(u, dtype, heads, q_proj=k_dim, k_proj=k_dim, v_proj=v_dim)   # [B, L, H, K|K|V]
     if cfg.use_short_conv:
-      q, k, v = (ShortConvolution(cfg.conv_size, cfg.conv_bias, name=f"{name}_conv1d")(z.reshape(batch, length, -1))
-                 .reshape(z.shape) for name, z in (("q", q), ("k", k), ("v", v)))
+      q, k, v = fla_short_convs(cfg, q=q, k=k, v=v)
     gk = fla_linear(cfg.gate_low_rank_dim, "gk_proj_0", dtype)(u)
     gk = fla_linear(heads * k_dim, "gk_proj_1", dtype, use_bias=True)(gk).reshape(batch, length, heads, k_dim)
     log_decay = jax.nn.log_sigmoid(gk) / cfg.gate_logit_normalizer

@@ -60,8 +60,8 @@ Differences from the original:
 - ``use_short_conv`` (off, as fla's default): fla's width-4 causal depthwise convolutions, without activation
   or bias, on the q, f and i projections; the rows are packed (real tokens first, in order, as fla's unpadding)
   so each window holds the previous real tokens, and the convolutions stay causal when ``causal=False``.
-  Parameters ``q_conv1d``/``f_conv1d``/``i_conv1d`` N(0, 0.02²) (fla's ``_init_weights`` leaves the Conv1d at
-  PyTorch's default; as for ``gla``).
+  Parameters ``q_conv1d``/``f_conv1d``/``i_conv1d`` N(0, 0.02²) (fla's ``_init_weights`` covers ``nn.Conv1d``,
+  ``fla/models/hgrn2/modeling_hgrn2.py``).
 - Left out: the model-level ``prenorm_residual_strategy`` rescaling of ``o_proj``.
 - Parameters are created in the compute dtype (float32; float64 for float64 inputs). Initialisation uses fla's
   model-level ``_init_weights`` (N(0, 0.02²)); a bare fla layer would keep PyTorch's default Linear init.
@@ -80,7 +80,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers._layer_common import (QKVConvStateSize, ShortConvolution, check_mode, finish, fla_heads,
+from attention_zoo.mixers._layer_common import (QKVConvStateSize, check_mode, fla_short_convs, finish, fla_heads,
                                                 fla_linear, gather, largest_divisor, layer_input, pack, recurrence,
                                                 rms_normalize)
 from attention_zoo.registry import MixerConfig, register_mixer
@@ -146,8 +146,7 @@ class HGRN2(nn.Module):
 
     q, f, v = fla_heads(u, dtype, heads, q_proj=k_dim, f_proj=k_dim, i_proj=v_dim)   # [B, L, H, K|K|V]
     if cfg.use_short_conv:  # fla's ShortConvolution with activation=None on each projection
-      q, f, v = (ShortConvolution(cfg.conv_size, cfg.conv_bias, silu=False, name=f"{name}_conv1d")(
-          z.reshape(batch, length, -1)).reshape(z.shape) for name, z in (("q", q), ("f", f), ("i", v)))
+      q, f, v = fla_short_convs(cfg, silu=False, q=q, f=f, i=v)
     q = jax.nn.silu(q)
     beta = cfg.lower_bound
     log_decay = jax.nn.log_sigmoid(f)

@@ -85,7 +85,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_zoo.mixers._layer_common import (QKVConvStateSize, ShortConvolution, check_mode, common_heads, finish,
+from attention_zoo.mixers._layer_common import (QKVConvStateSize, check_mode, fla_short_convs, common_heads, finish,
                                                 fla_gated_output, fla_heads, gather, layer_input, pack, recurrence)
 from attention_zoo.registry import MixerConfig, register_mixer
 
@@ -171,9 +171,7 @@ class RetNet(nn.Module):
 
     q, k, v = fla_heads(u, dtype, heads, q_proj=k_dim, k_proj=k_dim, v_proj=v_dim)   # [B, L, H, K|K|V]
     if cfg.use_short_conv:  # fla's ShortConvolution (SiLU) on each projection, before RoPE
-      batch, length = u.shape[:2]
-      q, k, v = (ShortConvolution(cfg.conv_size, cfg.conv_bias, name=f"{name}_conv1d")(z.reshape(batch, length, -1))
-                 .reshape(z.shape) for name, z in (("q", q), ("k", k), ("v", v)))
+      q, k, v = fla_short_convs(cfg, q=q, k=k, v=v)
     q, k = rotary(q, positions, cfg.rope_base), rotary(k, positions, cfg.rope_base)
     log_decay = jnp.asarray(retention_log_decay(heads), dtype)                          # [H]
 
