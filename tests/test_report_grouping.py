@@ -61,6 +61,20 @@ def test_seeds_of_a_cell_are_one_group_though_their_hashes_differ():
   assert not any("other configs" in n for n in rep.ours.notes)
 
 
+def test_another_cadence_is_the_same_setting_and_the_preset():
+  """--set log_every / checkpoint_every change no number: the record is its preset's, in its seeds' group."""
+  records = [record("smoke", "listops", "vanilla", 0, 0.3, ["checkpoint_every=7", "log_every=3"]),
+             record("smoke", "listops", "vanilla", 1, 0.5)]
+  assert records[0]["config"]["checkpoint_every"] == 7
+  assert len({results.setting_hash(r) for r in records}) == 1
+  assert set(records[0]["vs_preset"]["differences"]) == {"checkpoint_every", "log_every"}
+  assert records[0]["vs_preset"]["sets"] == ["checkpoint_every=7", "log_every=3"]
+  rep = accuracy.accuracy_report(records, "smoke", REFERENCE)
+  row = rep.cells.set_index(["attention", "task"]).loc[("vanilla", "listops")]
+  assert row["n"] == 2 and row["mean"] == pytest.approx(40.0) and row["ignored"] == 0
+  assert not any("other configs" in n for n in rep.ours.notes)
+
+
 def test_other_overrides_stay_a_separate_group():
   records = [record("smoke", "listops", "vanilla", s, 0.3) for s in (0, 1)]
   records += [record("smoke", "listops", "vanilla", 0, 0.9, ["model.num_layers=1"])]

@@ -172,10 +172,15 @@ def test_another_config_in_a_used_workdir_is_refused_never_mixed(listops_dir, tm
   with open(os.path.join(workdir, "result.json")) as f:
     assert json.load(f) == json.loads(json.dumps(first))  # the earlier run's record is untouched
 
-  # Keys that do not change results may differ: the run resumes (here: its finished state).
-  cadence = _finished_run(listops_dir, workdir, log_every=2, checkpoint_every=2)
-  assert {k: cadence[k] for k in COMPARED} == {k: first[k] for k in COMPARED}
-  assert cadence["config"]["log_every"] == 2
+  # Keys that do not change results may differ: the same run, so its record stands (nothing is trained again)
+  # and, without a record (killed before it), the run resumes from its checkpoint with the new cadence.
+  cadence = _small(log_every=2, checkpoint_every=2)
+  assert config_lib.config_hash(cadence) == first["config_hash"]
+  assert cell.train_cell(cadence, workdir, listops_dir) == json.loads(json.dumps(first))
+  os.remove(os.path.join(workdir, "result.json"))
+  resumed = _finished_run(listops_dir, workdir, log_every=2, checkpoint_every=2)
+  assert {k: resumed[k] for k in COMPARED} == {k: first[k] for k in COMPARED}
+  assert resumed["config"]["log_every"] == 2 and resumed["config_hash"] == first["config_hash"]
 
   # --force: trained from scratch with the new config.
   forced = cell.train_cell(other, workdir, listops_dir, force=True)

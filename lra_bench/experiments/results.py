@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator
 import ml_collections
 
 from lra_bench import errors, files
-from lra_bench.training.config import config_hash
+from lra_bench.training.config import PRESET_CADENCE, config_hash
 from lra_bench.training.objectives import PRETRAIN_OBJECTIVES
 
 STATUSES = ("ok", "failed", "oom", "no_data")
@@ -109,7 +109,8 @@ def setting_hash(record: dict[str, Any]) -> str | None:
   config = record.get("config")
   if not isinstance(config, dict):
     return record.get("config_hash")
-  setting = {key: value for key, value in config.items() if key != "seed"}
+  setting = {key: value for key, value in config.items() if key not in ("seed", PRESET_CADENCE)}
+  setting.update(config.get(PRESET_CADENCE) or {})  # the preset's cadence, as config_hash reads it
   return hashlib.sha256(json.dumps(setting, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -394,7 +395,9 @@ def vs_preset(record: dict[str, Any]) -> dict[str, Any] | None:
     preset, problem = _preset(record["protocol"], record["task"], record["attention"], record["seed"])
     if preset is None:
       return {"problem": problem}
-    mine = checkpoints.flat_config(json.loads(json.dumps(_clean(record["config"]))))
+    stored = checkpoints.flat_config(json.loads(json.dumps(_clean(record["config"]))))
+    # the preset's cadence beside an override of it (config.PRESET_CADENCE) is bookkeeping, not a setting
+    mine = {key: value for key, value in stored.items() if not key.startswith(PRESET_CADENCE + ".")}
     absent = object()
     differences = {}
     for key in sorted(set(mine) | set(preset)):

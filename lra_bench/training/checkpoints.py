@@ -37,12 +37,11 @@ import orbax.checkpoint as ocp
 
 from lra_bench import files
 from lra_bench.errors import ConfigError, UserError
+from lra_bench.training import config as config_lib
 from lra_bench.training.steps import TrainState
 from tasks import base as tasks_base
 
-# Keys that change how often a run logs or checkpoints but not its numbers (resume is exact whatever the
-# checkpoint cadence), so a run may be continued with other values. Every other key must match.
-RESULT_NEUTRAL_KEYS = ("log_every", "checkpoint_every")
+RESULT_NEUTRAL_KEYS = config_lib.RESULT_NEUTRAL_KEYS  # logging and checkpoint cadence: may differ on resume
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -70,7 +69,7 @@ def config_differences(stored: dict[str, Any], config: dict[str, Any]) -> list[s
   """``key: stored -> new`` for every (dotted) key whose value differs, ``RESULT_NEUTRAL_KEYS`` apart."""
   old, new, missing = flat_config(stored), flat_config(_as_json(config)), "(none)"
   return [f"{key}: {old.get(key, missing)!r} -> {new.get(key, missing)!r}" for key in sorted(set(old) | set(new))
-          if key not in RESULT_NEUTRAL_KEYS and old.get(key, missing) != new.get(key, missing)]
+          if not config_lib.is_result_neutral(key) and old.get(key, missing) != new.get(key, missing)]
 
 
 def _as_json(config: dict[str, Any]) -> dict[str, Any]:

@@ -50,6 +50,13 @@ PRECISIONS = ("auto", "float32", "bfloat16")
 # Keys that say what a run is: they come from load_config's arguments (the --protocol / --task flags),
 # never from an override, so a 60-step smoke run cannot be relabelled as an LRA run.
 FIXED_KEYS = {"protocol": "--protocol", "task": "--task"}
+# Keys that change how often a run logs or checkpoints but not its numbers (resume is exact whatever the
+# checkpoint cadence), so a run may be continued with other values and is the same run: an override of one
+# is kept, and the preset's value stored beside it under ``PRESET_CADENCE`` (present only then), so that
+# ``config_hash`` names the run as the preset's values would (its workdir, its record) while the loop reads
+# the override. Every other key must match (``checkpoints.config_differences``).
+RESULT_NEUTRAL_KEYS = ("log_every", "checkpoint_every")
+PRESET_CADENCE = "preset_cadence"
 
 
 list_protocols = _configs_pkg.list_protocols
@@ -160,7 +167,12 @@ def load_config(protocol: str, task: str, overrides: Iterable[str] = (), *, atte
   if extend is not None:
     extend(config)
   config.lock()
+  preset = {key: config.get(key) for key in RESULT_NEUTRAL_KEYS}
   apply_overrides(config, overrides)
+  moved = {key: value for key, value in preset.items() if config.get(key) != value}
+  if moved:
+    with config.unlocked():
+      config[PRESET_CADENCE] = moved
   complete_optional_sections(config)
   validate(config)
   for check in checks:
@@ -475,5 +487,15 @@ def _validate_data(config: ml_collections.ConfigDict) -> None:
 
 
 def config_hash(config: ml_collections.ConfigDict) -> str:
-  """Stable short hash of the whole config (what makes two runs comparable)."""
-  return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+  """Stable short hash of the whole config (what makes two runs comparable), with the result-neutral keys
+  at the preset's values: a ``--set checkpoint_every=N`` names the same run (the same suite workdir and
+  record) as the preset's cadence (``RESULT_NEUTRAL_KEYS``)."""
+  tree = config.to_dict()
+  tree.update(tree.pop(PRESET_CADENCE, None) or {})
+  return hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def is_result_neutral(dotted_key: str) -> bool:
+  """Whether a (dotted) config key changes no result: a ``RESULT_NEUTRAL_KEYS`` key or the record of the
+  preset's values of those (``PRESET_CADENCE``)."""
+  return dotted_key in RESULT_NEUTRAL_KEYS or dotted_key.split(".", 1)[0] == PRESET_CADENCE
