@@ -87,6 +87,10 @@ def test_skip_resume_and_failures_become_records(listops_dir, fake_attentions, t
   records = results.load_records(results_dir)
   assert [r["status"] for r in records if r["attention"] == "vanilla"] == ["no_data", "ok"]
   assert len(records) == 3 + 1 + 2
+  workdir = latest["vanilla"]["workdir"]
+  assert os.path.relpath(workdir, results_dir).startswith(os.path.join("runs", "smoke", "listops", "vanilla",
+                                                                       "seed0_"))
+  assert os.path.exists(os.path.join(workdir, "train.log"))
 
   # 5. Another logging or checkpoint cadence (--set log_every / checkpoint_every) names the same cells.
   cadence = {**kwargs, "attentions": "vanilla",
@@ -94,10 +98,6 @@ def test_skip_resume_and_failures_become_records(listops_dir, fake_attentions, t
   summary = suite.run_suite("smoke", data_dir=listops_dir, **cadence)
   assert summary.ran == {} and summary.done_before == ["listops/vanilla/seed0"]
   assert len(results.load_records(results_dir)) == 3 + 1 + 2
-  workdir = latest["vanilla"]["workdir"]
-  assert os.path.relpath(workdir, results_dir).startswith(os.path.join("runs", "smoke", "listops", "vanilla",
-                                                                       "seed0_"))
-  assert os.path.exists(os.path.join(workdir, "train.log"))
 
 
 def test_claimed_cell_is_left_to_the_other_suite(listops_dir, tmp_path):

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator
 import ml_collections
 
 from lra_bench import errors, files
-from lra_bench.training.config import PRESET_CADENCE, config_hash
+from lra_bench.training.config import PRESET_CADENCE, at_preset_cadence, config_hash
 from lra_bench.training.objectives import PRETRAIN_OBJECTIVES
 
 STATUSES = ("ok", "failed", "oom", "no_data")
@@ -109,8 +109,7 @@ def setting_hash(record: dict[str, Any]) -> str | None:
   config = record.get("config")
   if not isinstance(config, dict):
     return record.get("config_hash")
-  setting = {key: value for key, value in config.items() if key not in ("seed", PRESET_CADENCE)}
-  setting.update(config.get(PRESET_CADENCE) or {})  # the preset's cadence, as config_hash reads it
+  setting = {key: value for key, value in at_preset_cadence(config).items() if key != "seed"}
   return hashlib.sha256(json.dumps(setting, sort_keys=True).encode()).hexdigest()[:12]
 
 

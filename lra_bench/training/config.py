@@ -490,9 +490,15 @@ def config_hash(config: ml_collections.ConfigDict) -> str:
   """Stable short hash of the whole config (what makes two runs comparable), with the result-neutral keys
   at the preset's values: a ``--set checkpoint_every=N`` names the same run (the same suite workdir and
   record) as the preset's cadence (``RESULT_NEUTRAL_KEYS``)."""
-  tree = config.to_dict()
+  return hashlib.sha256(json.dumps(at_preset_cadence(config.to_dict()), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def at_preset_cadence(tree: dict[str, Any]) -> dict[str, Any]:
+  """A config dict with its overridden result-neutral keys back at the preset's values (``PRESET_CADENCE``
+  dropped): what ``config_hash`` and ``results.setting_hash`` hash."""
+  tree = dict(tree)
   tree.update(tree.pop(PRESET_CADENCE, None) or {})
-  return hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:12]
+  return tree
 
 
 def is_result_neutral(dotted_key: str) -> bool:
