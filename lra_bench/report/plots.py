@@ -5,6 +5,7 @@ bubble chart. Each figure is written as PNG and SVG; colours are fixed per atten
 from __future__ import annotations
 
 import os
+import textwrap
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -320,21 +321,81 @@ def pareto_front(points: Sequence[dict]) -> set[str]:
                      and (q["speed"], q["accuracy"]) != (p["speed"], p["accuracy"]) for q in points)}
 
 
+def _segment_hits_box(a, b, box) -> bool:
+  """Whether the segment a-b meets the open box (x0, y0, x1, y1) (Liang-Barsky clipping)."""
+  (ax, ay), (bx, by) = a, b
+  dx, dy = bx - ax, by - ay
+  lo, hi = 0.0, 1.0
+  for p, q in ((-dx, ax - box[0]), (dx, box[2] - ax), (-dy, ay - box[1]), (dy, box[3] - ay)):
+    if p == 0:
+      if q <= 0:
+        return False
+    else:
+      t = q / p
+      if p < 0:
+        lo = max(lo, t)
+      else:
+        hi = min(hi, t)
+  return lo < hi
+
+
+def _segments_cross(a, b, c, d) -> bool:
+  """Whether the segments a-b and c-d cross at a point inside both (touching ends do not count)."""
+  def side(p, q, r):
+    return (q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0])
+  return side(a, b, c) * side(a, b, d) < 0 and side(c, d, a) * side(c, d, b) < 0
+
+
 def place_labels(anchors: np.ndarray, sizes: np.ndarray, obstacles: Sequence[tuple] = (),
                  bounds: tuple | None = None) -> np.ndarray:
   """Deterministic label placement in display units (points/pixels): centre per label, no overlaps.
 
   ``anchors`` [N, 2] are the points, ``sizes`` [N, 2] the label boxes (width, height), ``obstacles``
-  extra boxes (x0, y0, x1, y1) to avoid, ``bounds`` a box (x0, y0, x1, y1) every label must lie inside
-  (e.g. the axes). Each label in turn takes the first candidate centre, on rings of growing radius
-  around its anchor, whose box overlaps no label placed before nor an obstacle and lies inside ``bounds``.
+  extra boxes (x0, y0, x1, y1) to avoid (the points' markers), ``bounds`` a box (x0, y0, x1, y1) every
+  label must lie inside (e.g. the axes). Each label in turn takes, among the candidate centres on rings of
+  growing radius around its anchor whose box overlaps no label placed before nor an obstacle and lies
+  inside ``bounds``, the cheapest: its distance plus a price for each clash of its leader line (centre to
+  anchor) with what was placed before: 40 for a line through a label (its own through another's box, or
+  another's leader through its box), 8 for a line over another point's marker or across another leader.
   """
+  anchors = np.asarray(anchors, dtype=float).reshape(-1, 2)
+  sizes = np.asarray(sizes, dtype=float).reshape(-1, 2)
+  # The labels are placed one by one, so the order decides the layout: of four orders (as given, by x
+  # either way, by falling y), the layout of the lowest total price is kept.
+  orders = [np.arange(len(anchors)), np.lexsort((anchors[:, 1], anchors[:, 0])),
+            np.lexsort((anchors[:, 0], -anchors[:, 1]))]
+  orders.append(orders[1][::-1])
+  best_layout = None
+  for order in orders:
+    centres, score = _place_in_order(anchors, sizes, obstacles, bounds, order)
+    if best_layout is None or score < best_layout[0]:
+      best_layout = (score, centres)
+  return best_layout[1]
+
+
+def _place_in_order(anchors, sizes, obstacles, bounds, order) -> tuple[np.ndarray, float]:
+  """``place_labels`` for one order of the labels: the centres (in the labels' own order), the total price."""
   placed = [tuple(o) for o in obstacles]
+  labels, leaders = [], []  # boxes and leader segments of the labels placed so far
   centres = np.zeros_like(anchors, dtype=float)
+  total = 0
   angles = np.deg2rad([90, 270, 0, 180, 45, 135, 315, 225, 22.5, 157.5, 202.5, 337.5, 67.5, 112.5, 247.5, 292.5])
-  for i, ((x, y), (w, h)) in enumerate(zip(anchors, sizes)):
-    best = None
+
+  def clashes(anchor, centre, box) -> int:
+    """The price of a candidate's clashes, in display units of leader length (``place_labels``)."""
+    own = (anchor[0] - 4, anchor[1] - 4, anchor[0] + 4, anchor[1] + 4)
+    return (40 * sum(_segment_hits_box(a, c, box) for a, c in leaders)
+            + 40 * sum(_segment_hits_box(anchor, centre, b) for b in labels)
+            + sum(_segment_hits_box(anchor, centre, o) for o in obstacles
+                  if not (o[0] < own[2] and own[0] < o[2] and o[1] < own[3] and own[1] < o[3])) * 8
+            + sum(_segments_cross(anchor, centre, a, c) for a, c in leaders) * 8)
+
+  for i in order:
+    (x, y), (w, h) = anchors[i], sizes[i]
+    best, best_cost = None, None
     for radius in np.arange(0.0, 400.0, 6.0):
+      if best_cost is not None and best_cost <= radius:
+        break  # every candidate from here on costs at least its radius
       for angle in (angles if radius else [0.0]):
         # the box's near edge (not its centre) is ``radius`` away: a label beside its point is as close
         # as one above it
@@ -344,38 +405,69 @@ def place_labels(anchors: np.ndarray, sizes: np.ndarray, obstacles: Sequence[tup
         if bounds is not None and not (bounds[0] <= box[0] and box[2] <= bounds[2]
                                        and bounds[1] <= box[1] and box[3] <= bounds[3]):
           continue
-        if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
-          best = (cx, cy, box)
-          break
-      if best:
-        break
-    if best is None:
-      best = (x, y, (x - w / 2, y - h / 2, x + w / 2, y + h / 2))
+        if any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+          continue
+        cost = radius + clashes((x, y), (cx, cy), box)
+        if best_cost is None or cost < best_cost:
+          best, best_cost = (cx, cy, box), cost
+    best = best or (x, y, (x - w / 2, y - h / 2, x + w / 2, y + h / 2))
+    total += best_cost or 0.0
     centres[i] = best[:2]
     placed.append(best[2])
-  return centres
+    labels.append(best[2])
+    leaders.append(((x, y), best[:2]))
+  return centres, total
+
+
+def _near_groups(points: np.ndarray, merge: float) -> list[list[int]]:
+  """Indices of ``points`` [N, 2] grouped by single linkage at distance < ``merge``, in first-index order."""
+  parent = list(range(len(points)))
+
+  def root(i):
+    while parent[i] != i:
+      i = parent[i]
+    return i
+
+  for i in range(len(points)):
+    for j in range(i):
+      if np.hypot(*(points[i] - points[j])) < merge:
+        parent[root(i)] = root(j)
+  groups: dict[int, list[int]] = {}
+  for i in range(len(points)):
+    groups.setdefault(root(i), []).append(i)
+  return sorted(groups.values(), key=min)
 
 
 def label_points(ax, x: Sequence[float], y: Sequence[float], names: Sequence[str], *, fontsize: float = 7.0,
-                 bold: set[str] = frozenset(), inside: bool = False) -> list:
+                 bold: set[str] = frozenset(), inside: bool = False, merge: float = 0.0) -> list:
   """Label every point (x[i], y[i]) of ``ax`` with ``names[i]``, no two labels overlapping and none on a
   point: :func:`place_labels` in display units, with a thin leader line back to a point whose label had
-  to move away from it. ``inside``: labels stay inside the axes (for panels side by side). Call after
-  the axes' limits and scales are final (positions are computed in display units). Returns the labels.
+  to move away from it. ``inside``: labels stay inside the axes (for panels side by side). ``merge``:
+  points closer than this (display units) share one label, their names comma-separated, its leader to
+  their mean. Call after the axes' limits and scales are final (positions are computed in display units).
+  Returns the labels.
   """
   fig = ax.figure
-  anchors = ax.transData.transform(np.column_stack([x, y])) if len(names) else np.zeros((0, 2))
-  labels = [ax.annotate(name, (xi, yi), textcoords="data", fontsize=fontsize, ha="center", va="center",
-                        zorder=4, fontweight="bold" if name in bold else "normal")
-            for xi, yi, name in zip(x, y, names)]
+  points = ax.transData.transform(np.column_stack([x, y])) if len(names) else np.zeros((0, 2))
+  dots = [(px - 3, py - 3, px + 3, py + 3) for px, py in points]
+  # Points closer than ``merge`` display units are one spot to a reader: one label lists their names (left
+  # to right, comma-separated, wrapped), its anchor their mean.
+  groups = _near_groups(points, merge)
+  anchors = np.asarray([points[g].mean(axis=0) for g in groups]).reshape(-1, 2)
+  to_data = ax.transData.inverted()
+  labels = []
+  for group, anchor in zip(groups, anchors):
+    members = [names[i] for i in sorted(group, key=lambda i: (points[i][0], names[i]))]
+    text = textwrap.fill(", ".join(members), width=max(24, max(map(len, members)) + 1), break_on_hyphens=False)
+    weight = "bold" if any(names[i] in bold for i in group) else "normal"
+    labels.append(ax.annotate(text, tuple(to_data.transform(anchor)), textcoords="data", fontsize=fontsize,
+                              ha="center", va="center", zorder=4, fontweight=weight, linespacing=1.0))
   renderer = fig.canvas.get_renderer()
   sizes = np.asarray([[b.width + 3.0, b.height + 2.0] for b in
                       (label.get_window_extent(renderer) for label in labels)]).reshape(-1, 2)
-  dots = [(px - 3, py - 3, px + 3, py + 3) for px, py in anchors]
   frame = ax.get_window_extent(renderer)
   bounds = (frame.x0 + 1, frame.y0 + 1, frame.x1 - 1, frame.y1 - 1) if inside else None
   centres = place_labels(anchors, sizes, dots, bounds=bounds)
-  to_data = ax.transData.inverted()
   for label, anchor, centre in zip(labels, anchors, centres):
     label.xyann = tuple(to_data.transform(centre))
     if np.hypot(*(centre - anchor)) > 1.0:  # a leader line back to the point

@@ -309,7 +309,7 @@ def state_size_figure(best: pd.DataFrame, title: str, out_stem: str) -> list[str
     _rising_note(fig)
   for ax, part in zip(axes[0], parts):  # once the layout is final: labels are placed in display units
     plots.label_points(ax, part["state_size"].astype(float).to_numpy(), part["accuracy"].to_numpy(),
-                       list(part["attention"]), fontsize=7, inside=True)
+                       list(part["attention"]), fontsize=7, inside=True, merge=12.0)
   return plots.save(fig, out_stem + ".png", out_stem + ".svg")
 
 
