@@ -339,6 +339,11 @@ def _segment_hits_box(a, b, box) -> bool:
   return lo < hi
 
 
+def _boxes_overlap(a, b) -> bool:
+  """Whether the open boxes a and b (x0, y0, x1, y1) overlap."""
+  return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
 def _segments_cross(a, b, c, d) -> bool:
   """Whether the segments a-b and c-d cross at a point inside both (touching ends do not count)."""
   def side(p, q, r):
@@ -381,17 +386,17 @@ def _place_in_order(anchors, sizes, obstacles, bounds, order) -> tuple[np.ndarra
   total = 0
   angles = np.deg2rad([90, 270, 0, 180, 45, 135, 315, 225, 22.5, 157.5, 202.5, 337.5, 67.5, 112.5, 247.5, 292.5])
 
-  def clashes(anchor, centre, box) -> int:
+  def clashes(anchor, centre, box, markers) -> int:
     """The price of a candidate's clashes, in display units of leader length (``place_labels``)."""
-    own = (anchor[0] - 4, anchor[1] - 4, anchor[0] + 4, anchor[1] + 4)
     return (40 * sum(_segment_hits_box(a, c, box) for a, c in leaders)
             + 40 * sum(_segment_hits_box(anchor, centre, b) for b in labels)
-            + sum(_segment_hits_box(anchor, centre, o) for o in obstacles
-                  if not (o[0] < own[2] and own[0] < o[2] and o[1] < own[3] and own[1] < o[3])) * 8
+            + sum(_segment_hits_box(anchor, centre, o) for o in markers) * 8
             + sum(_segments_cross(anchor, centre, a, c) for a, c in leaders) * 8)
 
   for i in order:
     (x, y), (w, h) = anchors[i], sizes[i]
+    own = (x - 4, y - 4, x + 4, y + 4)
+    markers = [o for o in obstacles if not _boxes_overlap(o, own)]  # the other points' markers
     best, best_cost = None, None
     for radius in np.arange(0.0, 400.0, 6.0):
       if best_cost is not None and best_cost <= radius:
@@ -405,9 +410,9 @@ def _place_in_order(anchors, sizes, obstacles, bounds, order) -> tuple[np.ndarra
         if bounds is not None and not (bounds[0] <= box[0] and box[2] <= bounds[2]
                                        and bounds[1] <= box[1] and box[3] <= bounds[3]):
           continue
-        if any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+        if any(_boxes_overlap(box, b) for b in placed):
           continue
-        cost = radius + clashes((x, y), (cx, cy), box)
+        cost = radius + clashes((x, y), (cx, cy), box, markers)
         if best_cost is None or cost < best_cost:
           best, best_cost = (cx, cy, box), cost
     best = best or (x, y, (x - w / 2, y - h / 2, x + w / 2, y + h / 2))
