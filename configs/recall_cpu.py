@@ -16,8 +16,9 @@ core at L = 64: 7 minutes per cell.
 
 Block: the MLP-less block of the committed cells (``model.mlp=False``), not Zoology's, whose Identity state
 mixer still adds ``norm2(residual)`` after the sequence mixer (``configs/zoology.py``); ``--set
-model.identity_state_mixer=True`` runs Zoology's block. ``PUBLISHED_DIFFERENCES`` says so until the cells are
-re-run with it: measured on eight cells at L = 64 so far (``reports/cpu_recall/zoology_block``), the block moved
+model.identity_state_mixer=True`` runs Zoology's block. ``published_difference`` (read per record by the
+report, which marks each cell ≠ with it) and ``PUBLISHED_DIFFERENCES`` say so until the cells are re-run
+with it: measured on eight cells at L = 64 so far (``reports/cpu_recall/zoology_block``), the block moved
 ``local`` from 35.5 % to 91.5 % (its window's ceiling) and ``longformer`` from 96.8 % to 70.1 % (still rising:
 it learns the lookup later), ``vanilla`` 98.1 -> 97.0 %; the blind cores stay blind (``linear_transformer``,
 ``cosformer``, ``s4d``, ``memory_compressed``) and ``sparse_fixed`` 44.3 -> 45.0 %.
@@ -40,20 +41,30 @@ STEPS = 6_000
 LENGTHS = ((64, 4), (128, 8))
 LEARNING_RATES = (1e-2, 2.15e-3)  # Zoology's two largest (logspace(-4, -2, 4)); 1e-2 first: see below
 
-# What these runs set differently from Zoology's (the published rows beside them, ``PUBLISHED_PROTOCOL``).
+# What these runs set differently from Zoology's (the published rows beside them, ``PUBLISHED_PROTOCOL``):
+# every run the budget and the encoder's initialisation; a run without ``model.identity_state_mixer`` (the
+# preset's, the committed cells') the block too. The report reads it per record (``published_difference``).
+BUDGET_DIFFERS = ("the CPU budget (6 000 steps of batch 64 at d_model 64; Zoology: 64 epochs of batch 512) and the "
+                  "LRA encoder's initialisation (Zoology's _init_weights: configs/zoology.py)")
 BLOCK_DIFFERS = ("the block lacks Zoology's norm2(residual) term (zoology/model.py TransformerBlock.forward "
                  "with an Identity state_mixer, LMBackbone.forward: x + LayerNorm(x) after the sequence mixer), "
                  "kept so the committed cells stay comparable; it matters: with Zoology's block local rose from "
                  "35.5 to 91.5 % at L 64 and longformer fell from 96.8 to 70.1 % (still rising; vanilla 98.1 -> "
                  "97.0; blind cores stay blind; reports/cpu_recall/zoology_block); re-run pending with --set "
-                 "model.identity_state_mixer=True; also the CPU budget (6 000 steps of batch 64, d_model 64) and "
-                 "the LRA encoder's initialisation")
+                 "model.identity_state_mixer=True; also " + BUDGET_DIFFERS)
 PUBLISHED_DIFFERENCES = {name: BLOCK_DIFFERS for name in (
     "vanilla", "local", "linear_transformer", "performer", "longformer", "sparse_fixed", "s4d", "mega",
     "memory_compressed", "cosformer", "luna", "rfa",
     # The modern layers' cells (2026-12-04) ran the same block, to sit beside the cells above.
     "mamba2", "gated_deltanet", "gla", "deltanet", "rwkv7", "mamba", "rg_lru", "retnet", "hgrn2", "kda",
     "rwkv6", "mlstm")}
+
+
+def published_difference(attention: str, config: dict) -> str:
+  """What a run of ``attention`` with ``config`` (a record's stored config, a dict) set differently from
+  Zoology's recipe: the budget always, the block unless the run used Zoology's (``model.identity_state_mixer``)."""
+  del attention  # the same for every layer: this protocol has no per-layer preset
+  return BUDGET_DIFFERS if (config.get("model") or {}).get("identity_state_mixer") else BLOCK_DIFFERS
 
 
 def mqar(c: ml_collections.ConfigDict) -> None:

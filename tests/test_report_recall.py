@@ -96,6 +96,30 @@ def test_a_shortened_protocol_shows_the_original_protocols_published_values(tmp_
   assert any("shortens `zoology`" in note for note in rep.tables[0].footnotes)
 
 
+def test_a_cell_run_off_the_published_recipe_is_marked_with_what_differs(tmp_path):
+  """recall_cpu's cells against Zoology's rows: the budget always, the block only for a run without Zoology's
+  (zoology/model.py TransformerBlock.forward's norm2(residual)); read from each record's own config."""
+  def run(attention, sets):
+    config = config_lib.load_config("recall_cpu", "mqar", ["optimizer.learning_rate=0.01", *sets], attention=attention)
+    return results.train_record(config, "ok", workdir=str(tmp_path / attention), data_dir=str(tmp_path / "d"),
+                                test_accuracy=0.9, test_examples=1000, test_labels=4000, train_steps=6000)
+  records = [run("vanilla", []), run("local", ["model.identity_state_mixer=True"])]
+  table = recall.recall_tables(recall.recall_frame(records), "recall_cpu", recall.load_reference(None)).tables[0]
+  rows = {row[0]: row for row in table.rows}
+  assert rows["vanilla"][1].startswith("90.0 ≠ [") and rows["local"][1].startswith("90.0 ≠ [")
+  notes = [note for note in table.footnotes if note.startswith("≠")]
+  block = [note for note in notes if "norm2(residual)" in note]
+  assert len(notes) == 2 and len(block) == 1 and block[0].endswith("— `vanilla`.")
+  budget = next(note for note in notes if note not in block)
+  assert "6 000 steps of batch 64" in budget and budget.endswith("— `local`.")
+  alone = recall.recall_tables(recall.recall_frame(records[:1]), "recall_cpu", recall.load_reference(None)).tables[0]
+  assert next(note for note in alone.footnotes if note.startswith("≠")).endswith("— every cell.")
+  # A protocol that is its own published source states nothing of the kind.
+  own = recall.recall_tables(recall.recall_frame([_record(tmp_path, "vanilla", 1e-3, 0.9)]), "zoology",
+                             recall.load_reference(None)).tables[0]
+  assert "≠" not in own.rows[0][1] and not any(note.startswith("≠") for note in own.footnotes)
+
+
 def test_seq_icl_shows_its_readme_table_beside_ours(tmp_path):
   """The published rows match our cell's setting (30 tokens, width 32): the table's settings, not the
   later configs' (length 256), under which no published value exists."""

@@ -74,6 +74,9 @@ def state_size(attention: str, config: dict) -> tuple[int | None, str]:
 # below, it does not measure where the method ends.
 RISING_POINTS = 5.0
 RISING_MARK = "↑"
+# A cell whose run set something differently from the recipe of the published rows beside it
+# (``published_difference``); a footnote says what, per difference.
+DIFFERS_MARK = "≠"
 
 
 def still_rising(curve: Sequence | None) -> bool:
@@ -99,16 +102,32 @@ def recall_frame(records: Sequence[dict]) -> pd.DataFrame:
     # model's input length (257 and 386: the query and separator tokens ride on top of it).
     seq_len = _get(config, "data.prepare.seq_len")
     seq_len = _get(config, "data.max_length") if _missing(seq_len) else seq_len
+    differs = published_difference(r["protocol"], r["attention"], config)
     rows.append({"protocol": r["protocol"], "task": r["task"], "attention": r["attention"], "seed": r["seed"],
                  "seq_len": seq_len, "kv": _get(config, "data.prepare.num_kv_pairs"),
                  "d_model": _get(config, "model.emb_dim"), "lr": _get(config, "optimizer.learning_rate"),
                  "accuracy": 100.0 * float(r["test_accuracy"]), "labels": labels,
                  "train_steps": r.get("train_steps"), "wall_seconds": r.get("wall_seconds"),
                  "state_size": size, "state_note": why, "config_hash": r.get("config_hash"), "metric": metric,
-                 "rising": still_rising(r.get("val_curve"))})
+                 "rising": still_rising(r.get("val_curve")), "differs": differs})
   return pd.DataFrame(rows, columns=["protocol", "task", "attention", "seed", "seq_len", "kv", "d_model", "lr",
                                      "accuracy", "labels", "train_steps", "wall_seconds", "state_size",
-                                     "state_note", "config_hash", "metric", "rising"])
+                                     "state_note", "config_hash", "metric", "rising", "differs"])
+
+
+def published_difference(protocol: str, attention: str, config: dict) -> str | None:
+  """What a run of ``attention`` under ``protocol`` with ``config`` (its record's stored config) set
+  differently from the recipe of the published rows beside it (``published_protocol``): the protocol
+  module's ``published_difference(attention, config)`` where the record's own config decides it (e.g.
+  ``recall_cpu``'s block), else its ``PUBLISHED_DIFFERENCES`` entry; "" = the same recipe, None = not
+  stated (a protocol that is its own published source, or an attention its module does not list)."""
+  from lra_bench.report.reference import protocol_module, published_differences
+
+  module = protocol_module(protocol)
+  function = getattr(module, "published_difference", None)
+  if function is not None:
+    return function(attention, config)
+  return published_differences(protocol).get(attention)
 
 
 SETTING = ["protocol", "task", "seq_len", "kv", "d_model", "attention"]
@@ -136,7 +155,8 @@ def best_of_sweep(frame: pd.DataFrame) -> pd.DataFrame:
                  "best_lr": first["lr"], "labels": labels, "state_size": first["state_size"],
                  "ci_low": None if interval is None else 100.0 * interval[0],
                  "ci_high": None if interval is None else 100.0 * interval[1],
-                 "rising": bool(group["rising"].any())})
+                 "rising": bool(group["rising"].any()),
+                 "differs": first["differs"] if "differs" in group else None})
   out = pd.DataFrame(rows)
   out["kv"] = out["kv"].where(out["kv"] != -1, None)
   return out
@@ -161,6 +181,17 @@ def _setting_label(seq_len, kv, d_model) -> str:
   if d_model is not None:
     parts.append(f"d={int(d_model)}")
   return " ".join(parts)
+
+
+def _cells_text(cells: Sequence[tuple[str, str]], filled: dict[str, int]) -> str:
+  """"every cell", or "`a`, `b` (L=64 kv=4 d=64), `c`": an attention alone where all of its ``filled[a]``
+  cells of the table are listed."""
+  if len(cells) == sum(filled.values()):
+    return "every cell"
+  per_attention: dict[str, list[str]] = {}
+  for attention, setting in cells:
+    per_attention.setdefault(attention, []).append(setting)
+  return ", ".join(f"`{a}`" if len(s) == filled[a] else f"`{a}` ({', '.join(s)})" for a, s in per_attention.items())
 
 
 def _missing(value) -> bool:
@@ -222,6 +253,8 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
     rows, bold = [], set()
     attentions = sorted(rows_of_task["attention"].unique(), key=lambda n: (n != "vanilla", n))
     values: dict[tuple[int, int], float] = {}
+    differing: dict[str, list[tuple[str, str]]] = {}   # what differs -> the cells (attention, setting)
+    filled: dict[str, int] = {}                          # attention -> its cells with a run
     for i, attention in enumerate(attentions):
       row = [attention]
       for j, (seq_len, kv, d_model) in enumerate(settings):
@@ -232,8 +265,13 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
           row.append("—")
           continue
         c = cell.iloc[0]
+        filled[attention] = filled.get(attention, 0) + 1
         interval = "" if c["ci_low"] is None or pd.isna(c["ci_low"]) else f" [{c['ci_low']:.1f}, {c['ci_high']:.1f}]"
         mark = f" {RISING_MARK}" if c["rising"] else ""
+        differs = c.get("differs")
+        if isinstance(differs, str) and differs:
+          mark += f" {DIFFERS_MARK}"
+          differing.setdefault(differs, []).append((attention, _setting_label(seq_len, kv, d_model)))
         row.append(f"{c['accuracy']:.1f}{mark}{interval} ({int(c['runs'])} run{'s' if c['runs'] != 1 else ''})")
         values[i, j + 1] = float(c["accuracy"])
       rows.append(row)
@@ -261,6 +299,9 @@ def recall_tables(frame: pd.DataFrame, protocol: str, reference: pd.DataFrame,
       footnotes.append(f"{RISING_MARK}: still rising when its training ended (its last validation accuracy is its best "
                        f"and {RISING_POINTS:.0f}+ points above the evaluation before): a lower bound set by the "
                        "budget, not where the method ends.")
+    for differs, cells in differing.items():
+      footnotes.append(f"{DIFFERS_MARK}: set differently from the recipe of the published rows "
+                       f"(`{source_protocol}`'s): {differs} — {_cells_text(cells, filled)}.")
     if (mine[mine["task"] == task]["metric"] == "macro").any():
       footnotes.append("Macro accuracy, as MAD reports it (torchmetrics' default): the mean over the value "
                        "tokens of each one's accuracy on the test labels (a value predicted but never a label "
