@@ -18,10 +18,10 @@ Block: the MLP-less block of the committed cells (``model.mlp=False``), not Zool
 mixer still adds ``norm2(residual)`` after the sequence mixer (``configs/zoology.py``); ``--set
 model.identity_state_mixer=True`` runs Zoology's block. ``published_difference`` (read per record by the
 report, which marks each cell ≠ with it) and ``PUBLISHED_DIFFERENCES`` say so until the cells are re-run
-with it: measured on eight cells at L = 64 so far (``reports/cpu_recall/zoology_block``), the block moved
-``local`` from 35.5 % to 91.5 % (its window's ceiling) and ``longformer`` from 96.8 % to 70.1 % (still rising:
-it learns the lookup later), ``vanilla`` 98.1 -> 97.0 %; the blind cores stay blind (``linear_transformer``,
-``cosformer``, ``s4d``, ``memory_compressed``) and ``sparse_fixed`` 44.3 -> 45.0 %.
+with it: measured on the twelve attention cores at L = 64 (``reports/cpu_recall/zoology_block``), the block
+moved ``local`` from 35.5 % to 91.5 % (its window's ceiling), ``longformer`` from 96.8 % to 70.1 % (still
+rising: it learns the lookup later), ``vanilla`` 98.1 -> 97.0 % and ``memory_compressed`` 28.7 -> 19.5 %; the
+six blind cores stay blind, ``mega`` recalls with either (99.9 %) and ``sparse_fixed`` stays at 45 %.
 
   lra-bench data prepare mqar --protocol recall_cpu
   lra-bench suite --protocol recall_cpu --tasks mqar --attentions vanilla,local --results_dir results/recall_cpu
@@ -49,8 +49,9 @@ BUDGET_DIFFERS = ("the CPU budget (6 000 steps of batch 64 at d_model 64; Zoolog
 BLOCK_DIFFERS = ("the block lacks Zoology's norm2(residual) term (zoology/model.py TransformerBlock.forward "
                  "with an Identity state_mixer, LMBackbone.forward: x + LayerNorm(x) after the sequence mixer), "
                  "kept so the committed cells stay comparable; it matters: with Zoology's block local rose from "
-                 "35.5 to 91.5 % at L 64 and longformer fell from 96.8 to 70.1 % (still rising; vanilla 98.1 -> "
-                 "97.0; blind cores stay blind; reports/cpu_recall/zoology_block); re-run pending with --set "
+                 "35.5 to 91.5 % at L 64, longformer fell from 96.8 to 70.1 % (still rising), memory_compressed "
+                 "28.7 -> 19.5, vanilla 98.1 -> 97.0; the blind cores stay blind, mega recalls either way "
+                 "(reports/cpu_recall/zoology_block: the twelve attention cores at L 64); re-run pending with --set "
                  "model.identity_state_mixer=True; also " + BUDGET_DIFFERS)
 PUBLISHED_DIFFERENCES = {name: BLOCK_DIFFERS for name in (
     "vanilla", "local", "linear_transformer", "performer", "longformer", "sparse_fixed", "s4d", "mega",
