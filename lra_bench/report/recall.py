@@ -156,7 +156,7 @@ def best_of_sweep(frame: pd.DataFrame) -> pd.DataFrame:
                  "ci_low": None if interval is None else 100.0 * interval[0],
                  "ci_high": None if interval is None else 100.0 * interval[1],
                  "rising": bool(group["rising"].any()),
-                 "differs": first["differs"] if "differs" in group else None})
+                 "differs": first["differs"]})
   out = pd.DataFrame(rows)
   out["kv"] = out["kv"].where(out["kv"] != -1, None)
   return out
