@@ -111,7 +111,7 @@ def test_mqar_rows_of_kimi_linear_load_and_stay_beside_no_run_of_ours():
   def table(protocol):
     run = dict(protocol=protocol, task="mqar", attention="vanilla", seed=0, seq_len=1024, kv=16, d_model=64,
                lr=1e-3, accuracy=90.0, labels=1000, train_steps=10, wall_seconds=1.0, state_size=None,
-               state_note="", config_hash="h", metric="accuracy", rising=False)
+               state_note="", config_hash="h", metric="accuracy", rising=False, differs=None)
     tables = recall.recall_tables(pd.DataFrame([run]), protocol, ref).tables
     return "\n".join(t.to_markdown() for t in tables)
 
