@@ -14,17 +14,19 @@ Calibration (this project's 2-core CPU, vanilla, L = 64, kv = 4; docs/recall.md)
 first guess) memorised the training set (48 % train, 24 % validation). About 14 steps/s alone on one
 core at L = 64: 7 minutes per cell.
 
-Block: the MLP-less block of the committed cells (``model.mlp=False``), not Zoology's, whose Identity state
-mixer still adds ``norm2(residual)`` after the sequence mixer (``configs/zoology.py``); ``--set
-model.identity_state_mixer=True`` runs Zoology's block. ``published_difference`` (read per record by the
-report, which marks each cell ≠ with it) and ``PUBLISHED_DIFFERENCES`` say so until the cells are re-run
-with it: measured on the twelve attention cores at L = 64 (``reports/cpu_recall/zoology_block``), the block
-moved ``local`` from 35.5 % to 91.5 % (its window's ceiling), ``longformer`` from 96.8 % to 70.1 % (still
-rising: it learns the lookup later), ``vanilla`` 98.1 -> 97.0 % and ``memory_compressed`` 28.7 -> 19.5 %; the
-six blind cores stay blind, ``mega`` recalls with either (99.9 %) and ``sparse_fixed`` stays at 45 %. Of eight
-modern layers run so far none crosses between blind and recalling: ``mamba2``, ``deltanet``,
-``gated_deltanet`` and ``mlstm`` recall with either block, ``gla`` (11.4 -> 24.15 %) and ``hgrn2``
-(0.0 -> 26.1 %) rise from below a blind choice to one, ``rg_lru`` (13 %) and ``retnet`` (25 %) stay.
+Block: Zoology's (``model.identity_state_mixer``, as ``configs/zoology.py``): its Identity state mixer still
+adds ``norm2(residual)`` after the sequence mixer (HazyResearch/zoology ``zoology/model.py``
+``TransformerBlock.forward``). Until 2026-12-06 this preset ran the MLP-less block (``model.mlp=False``
+alone), which adds nothing; the cells committed with it (``reports/cpu_recall/results``) now need ``--set
+model.identity_state_mixer=False`` to be made again, and ``published_difference`` (read per record by the
+report, which marks each cell ≠ with it) names the block for every record without Zoology's. It matters:
+re-run with Zoology's block (``reports/cpu_recall/zoology_block``), ``local`` moved from 35.5 % to 91.5 % at
+L = 64 (its window's ceiling), ``longformer`` from 96.8 % to 70.1 % (still rising: it learns the lookup
+later), ``vanilla`` 98.1 -> 97.0 % and ``memory_compressed`` 28.7 -> 19.5 %; the six blind cores stay blind,
+``mega`` recalls with either (99.9 %) and ``sparse_fixed`` stays at 45 %. Of eight modern layers run so far
+none crosses between blind and recalling: ``mamba2``, ``deltanet``, ``gated_deltanet`` and ``mlstm`` recall
+with either block, ``gla`` (11.4 -> 24.15 %) and ``hgrn2`` (0.0 -> 26.1 %) rise from below a blind choice to
+one, ``rg_lru`` (13 %) and ``retnet`` (25 %) stay.
 
   lra-bench data prepare mqar --protocol recall_cpu
   lra-bench suite --protocol recall_cpu --tasks mqar --attentions vanilla,local --results_dir results/recall_cpu
@@ -46,22 +48,22 @@ LEARNING_RATES = (1e-2, 2.15e-3)  # Zoology's two largest (logspace(-4, -2, 4));
 
 # What these runs set differently from Zoology's (the published rows beside them, ``PUBLISHED_PROTOCOL``):
 # every run the budget and the encoder's initialisation; a run without ``model.identity_state_mixer`` (the
-# preset's, the committed cells') the block too. The report reads it per record (``published_difference``).
+# cells committed before 2026-12-06) the block too. The report reads it per record (``published_difference``).
 BUDGET_DIFFERS = ("the CPU budget (6 000 steps of batch 64 at d_model 64; Zoology: 64 epochs of batch 512) and the "
                   "LRA encoder's initialisation (Zoology's _init_weights: configs/zoology.py)")
 BLOCK_DIFFERS = ("the block lacks Zoology's norm2(residual) term (zoology/model.py TransformerBlock.forward "
-                 "with an Identity state_mixer, LMBackbone.forward: x + LayerNorm(x) after the sequence mixer), "
-                 "kept so the committed cells stay comparable; it matters: with Zoology's block local rose from "
+                 "with an Identity state_mixer, LMBackbone.forward: x + LayerNorm(x) after the sequence mixer): "
+                 "the MLP-less block this preset ran until 2026-12-06 (today --set "
+                 "model.identity_state_mixer=False); it matters: with Zoology's block local rose from "
                  "35.5 to 91.5 % at L 64, longformer fell from 96.8 to 70.1 % (still rising), memory_compressed "
                  "28.7 -> 19.5, vanilla 98.1 -> 97.0; the blind cores stay blind, mega recalls either way; of eight "
                  "modern layers none crosses between blind and recalling, gla 11.4 -> 24.2 and hgrn2 0.0 -> 26.1 "
                  "(reports/cpu_recall/zoology_block: the twelve attention cores and eight modern layers at L 64); "
-                 "re-run pending with --set "
-                 "model.identity_state_mixer=True; also " + BUDGET_DIFFERS)
-PUBLISHED_DIFFERENCES = {name: BLOCK_DIFFERS for name in (
+                 "also " + BUDGET_DIFFERS)
+# The preset itself (Zoology's block since 2026-12-06) differs from Zoology's recipe in the budget only.
+PUBLISHED_DIFFERENCES = {name: BUDGET_DIFFERS for name in (
     "vanilla", "local", "linear_transformer", "performer", "longformer", "sparse_fixed", "s4d", "mega",
     "memory_compressed", "cosformer", "luna", "rfa",
-    # The modern layers' cells (2026-12-04) ran the same block, to sit beside the cells above.
     "mamba2", "gated_deltanet", "gla", "deltanet", "rwkv7", "mamba", "rg_lru", "retnet", "hgrn2", "kda",
     "rwkv6", "mlstm")}
 
@@ -78,6 +80,7 @@ def mqar(c: ml_collections.ConfigDict) -> None:
   mqar_data(c, length, kv, TRAIN, TEST, vocab=VOCAB, name=mqar_name(length, kv, "cpu_"))
   c.batch_size = BATCH
   recall_model(c, width=64, layers=2, heads=1, mlp=False)
+  c.model.identity_state_mixer = True  # zoology/model.py TransformerBlock.forward: x + norm2(x) (configs/zoology.py)
   adamw(c, LEARNING_RATES[0], 0.1)
   c.optimizer.schedule = "constant * cosine_decay"
   c.optimizer.warmup_steps = 0

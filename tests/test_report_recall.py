@@ -103,7 +103,7 @@ def test_a_cell_run_off_the_published_recipe_is_marked_with_what_differs(tmp_pat
     config = config_lib.load_config("recall_cpu", "mqar", ["optimizer.learning_rate=0.01", *sets], attention=attention)
     return results.train_record(config, "ok", workdir=str(tmp_path / attention), data_dir=str(tmp_path / "d"),
                                 test_accuracy=0.9, test_examples=1000, test_labels=4000, train_steps=6000)
-  records = [run("vanilla", []), run("local", ["model.identity_state_mixer=True"])]
+  records = [run("vanilla", ["model.identity_state_mixer=False"]), run("local", [])]  # the old block; the preset's
   table = recall.recall_tables(recall.recall_frame(records), "recall_cpu", recall.load_reference(None)).tables[0]
   rows = {row[0]: row for row in table.rows}
   assert rows["vanilla"][1].startswith("90.0 ≠ [") and rows["local"][1].startswith("90.0 ≠ [")

@@ -177,7 +177,7 @@ def test_zoology_block_adds_the_norm_of_the_residual():
   the next block (or LMBackbone's ln_f) adds dropout(norm2(r)): x' = r + norm2(r)."""
   zoology = load("zoology", "mqar").model
   assert zoology.identity_state_mixer is True and zoology.mlp is False
-  assert "identity_state_mixer" not in load("recall_cpu", "mqar").model   # committed cells: the old block
+  assert load("recall_cpu", "mqar").model.identity_state_mixer is True     # since 2026-12-06, as zoology
   c = ml_collections.ConfigDict(zoology.to_dict())
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 6, c.emb_dim))
   mask = jnp.ones((2, 6), bool)
@@ -192,10 +192,17 @@ def test_zoology_block_adds_the_norm_of_the_residual():
 
 
 def test_recall_cpu_says_its_block_differs():
-  text = recall_cpu.PUBLISHED_DIFFERENCES["vanilla"]
-  assert "re-run pending" in text and "model.identity_state_mixer=True" in text
+  """The preset runs Zoology's block and differs in the budget only; a record without Zoology's block (the cells
+  committed before 2026-12-06, made again with --set model.identity_state_mixer=False) says the block differs."""
   from lra_bench.report import reference
-  assert reference.preset_match("recall_cpu", "vanilla") == (False, text)
+  assert reference.preset_match("recall_cpu", "vanilla") == (False, recall_cpu.BUDGET_DIFFERS)
+  assert "norm2(residual)" not in recall_cpu.BUDGET_DIFFERS
+  old = load("recall_cpu", "mqar", ["model.identity_state_mixer=False"]).to_dict()
+  committed = {**old, "model": {k: v for k, v in old["model"].items() if k != "identity_state_mixer"}}
+  for config in (old, committed):
+    text = recall_cpu.published_difference("vanilla", config)
+    assert "norm2(residual)" in text and "model.identity_state_mixer=False" in text
+  assert recall_cpu.published_difference("vanilla", load("recall_cpu", "mqar").to_dict()) == recall_cpu.BUDGET_DIFFERS
 
 
 # --- 7. xiong -----------------------------------------------------------------------------------------------
