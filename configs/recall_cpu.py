@@ -23,10 +23,12 @@ report, which marks each cell ≠ with it) names the block for every record with
 re-run with Zoology's block (``reports/cpu_recall/zoology_block``), ``local`` moved from 35.5 % to 91.5 % at
 L = 64 (its window's ceiling), ``longformer`` from 96.8 % to 70.1 % (still rising: it learns the lookup
 later), ``vanilla`` 98.1 -> 97.0 % and ``memory_compressed`` 28.7 -> 19.5 %; the six blind cores stay blind,
-``mega`` recalls with either (99.9 %) and ``sparse_fixed`` stays at 45 %. Of ten modern layers run so far
-none crosses between blind and recalling: ``mamba2``, ``deltanet``, ``gated_deltanet``, ``mlstm``, ``kda`` and
-``rwkv7`` recall with either block, ``gla`` (11.4 -> 24.15 %) and ``hgrn2`` (0.0 -> 26.1 %) rise from below a
-blind choice to one, ``rg_lru`` (13 %) and ``retnet`` (25 %) stay.
+``mega`` recalls with either (99.9 %) and ``sparse_fixed`` stays at 45 %. Of the twelve modern layers,
+``mamba2``, ``deltanet``, ``gated_deltanet``, ``mlstm``, ``kda`` and ``rwkv7`` recall with either block, ``gla``
+(11.4 -> 24.15 %) and ``hgrn2`` (0.0 -> 26.1 %) rise from below a blind choice to one, ``rg_lru`` (13 %) and
+``retnet`` (25 %) stay, and ``rwkv6`` (12.25 -> 100.0 %) and ``mamba`` (24.2 -> 99.2 %) cross from blind to
+recalling at lr 1e-2, neither by the block alone on that evidence (``mamba``'s cells go either way with the seed;
+``rwkv6`` with the MLP-less block diverges in the chunked form: ``zoology_block/form_control``).
 
   lra-bench data prepare mqar --protocol recall_cpu
   lra-bench suite --protocol recall_cpu --tasks mqar --attentions vanilla,local --results_dir results/recall_cpu
@@ -56,9 +58,9 @@ BLOCK_DIFFERS = ("the block lacks Zoology's norm2(residual) term (zoology/model.
                  "the MLP-less block this preset ran until 2026-12-06 (today --set "
                  "model.identity_state_mixer=False); it matters: with Zoology's block local rose from "
                  "35.5 to 91.5 % at L 64, longformer fell from 96.8 to 70.1 % (still rising), memory_compressed "
-                 "28.7 -> 19.5, vanilla 98.1 -> 97.0; the blind cores stay blind, mega recalls either way; of ten "
-                 "modern layers none crosses between blind and recalling, gla 11.4 -> 24.2 and hgrn2 0.0 -> 26.1 "
-                 "(reports/cpu_recall/zoology_block: the twelve attention cores and ten modern layers at L 64); "
+                 "28.7 -> 19.5, vanilla 98.1 -> 97.0; the blind cores stay blind, mega recalls either way; of the "
+                 "modern layers gla 11.4 -> 24.2, hgrn2 0.0 -> 26.1, rwkv6 12.25 -> 100.0 and mamba 24.2 -> 99.2 "
+                 "(reports/cpu_recall/zoology_block: the twelve attention cores and twelve modern layers at L 64); "
                  "also " + BUDGET_DIFFERS)
 # The preset itself (Zoology's block since 2026-12-06) differs from Zoology's recipe in the budget only.
 PUBLISHED_DIFFERENCES = {name: BUDGET_DIFFERS for name in (
