@@ -27,8 +27,9 @@ later), ``vanilla`` 98.1 -> 97.0 % and ``memory_compressed`` 28.7 -> 19.5 %; the
 ``mamba2``, ``deltanet``, ``gated_deltanet``, ``mlstm``, ``kda`` and ``rwkv7`` recall with either block, ``gla``
 (11.4 -> 24.15 %) and ``hgrn2`` (0.0 -> 26.1 %) rise from below a blind choice to one, ``rg_lru`` (13 %) and
 ``retnet`` (25 %) stay, and ``rwkv6`` (12.25 -> 100.0 %) and ``mamba`` (24.2 -> 99.2 %) cross from blind to
-recalling at lr 1e-2, neither by the block alone on that evidence (``mamba``'s cells go either way with the seed;
-``rwkv6`` with the MLP-less block diverges in the chunked form: ``zoology_block/form_control``).
+recalling at lr 1e-2: ``rwkv6`` by the block (with the MLP-less block it does not learn the lookup in either form,
+with Zoology's it does in both: ``zoology_block/form_control``), ``mamba`` not by the block on that evidence (its
+cells go either way with the seed).
 
   lra-bench data prepare mqar --protocol recall_cpu
   lra-bench suite --protocol recall_cpu --tasks mqar --attentions vanilla,local --results_dir results/recall_cpu
