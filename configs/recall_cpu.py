@@ -14,22 +14,22 @@ Calibration (this project's 2-core CPU, vanilla, L = 64, kv = 4; docs/recall.md)
 first guess) memorised the training set (48 % train, 24 % validation). About 14 steps/s alone on one
 core at L = 64: 7 minutes per cell.
 
-Block: Zoology's (``model.identity_state_mixer``, as ``configs/zoology.py``): its Identity state mixer still
-adds ``norm2(residual)`` after the sequence mixer (HazyResearch/zoology ``zoology/model.py``
-``TransformerBlock.forward``). Until 2026-12-06 this preset ran the MLP-less block (``model.mlp=False``
-alone), which adds nothing; the cells committed with it (``reports/cpu_recall/results``) now need ``--set
-model.identity_state_mixer=False`` to be made again, and ``published_difference`` (read per record by the
-report, which marks each cell ≠ with it) names the block for every record without Zoology's. It matters:
-re-run with Zoology's block (``reports/cpu_recall/zoology_block``), ``local`` moved from 35.5 % to 91.5 % at
-L = 64 (its window's ceiling), ``longformer`` from 96.8 % to 70.1 % (still rising: it learns the lookup
+Block: Zoology's (``model.identity_state_mixer``, as ``configs/zoology.py``): its Identity state mixer still adds
+``norm2(residual)`` after the sequence mixer (HazyResearch/zoology ``zoology/model.py``
+``TransformerBlock.forward``). Until 2026-12-06 this preset ran the MLP-less block (``model.mlp=False`` alone),
+which adds nothing; the cells it made (``reports/cpu_recall/mlp_less_block``) need ``--set
+model.identity_state_mixer=False`` to be made again, and ``published_difference`` (read per record by the report,
+which marks each cell ≠ with it) names the block for every record without Zoology's. It matters: re-run with
+Zoology's block (``reports/cpu_recall``, the committed table since 2026-12-07), ``local`` moved from 35.5 % to
+91.5 % at L = 64 (its window's ceiling), ``longformer`` from 96.8 % to 70.1 % (still rising: it learns the lookup
 later), ``vanilla`` 98.1 -> 97.0 % and ``memory_compressed`` 28.7 -> 19.5 %; the six blind cores stay blind,
-``mega`` recalls with either (99.9 %) and ``sparse_fixed`` stays at 45 %. Of the twelve modern layers,
-``mamba2``, ``deltanet``, ``gated_deltanet``, ``mlstm``, ``kda`` and ``rwkv7`` recall with either block, ``gla``
-(11.4 -> 24.15 %) and ``hgrn2`` (0.0 -> 26.1 %) rise from below a blind choice to one, ``rg_lru`` (13 %) and
-``retnet`` (25 %) stay, and ``rwkv6`` (12.25 -> 100.0 %) and ``mamba`` (24.2 -> 99.2 %) cross from blind to
-recalling at lr 1e-2: ``rwkv6`` by the block (with the MLP-less block it does not learn the lookup in either form,
-with Zoology's it does in both: ``zoology_block/form_control``), ``mamba`` not by the block on that evidence (its
-cells go either way with the seed).
+``mega`` recalls with either (99.9 %) and ``sparse_fixed`` stays at 45 %. Of the twelve modern layers, ``mamba2``,
+``deltanet``, ``gated_deltanet``, ``mlstm``, ``kda`` and ``rwkv7`` recall with either block, ``gla`` (11.4 ->
+24.15 %) and ``hgrn2`` (0.0 -> 26.1 %) rise from below a blind choice to one, ``rg_lru`` and ``retnet`` stay (13
+and 25 %), and ``rwkv6`` (12.25 -> 100.0 %) and ``mamba`` (24.2 -> 99.2 %) cross from blind to recalling at lr
+1e-2: ``rwkv6`` by the block (with the MLP-less block it does not learn the lookup in either form, with Zoology's
+it does in both: ``reports/cpu_recall/form_control``), ``mamba`` not by the block on that evidence (its cells go
+either way with the seed).
 
   lra-bench data prepare mqar --protocol recall_cpu
   lra-bench suite --protocol recall_cpu --tasks mqar --attentions vanilla,local --results_dir results/recall_cpu
@@ -61,7 +61,7 @@ BLOCK_DIFFERS = ("the block lacks Zoology's norm2(residual) term (zoology/model.
                  "35.5 to 91.5 % at L 64, longformer fell from 96.8 to 70.1 % (still rising), memory_compressed "
                  "28.7 -> 19.5, vanilla 98.1 -> 97.0; the blind cores stay blind, mega recalls either way; of the "
                  "modern layers gla 11.4 -> 24.2, hgrn2 0.0 -> 26.1, rwkv6 12.25 -> 100.0 and mamba 24.2 -> 99.2 "
-                 "(reports/cpu_recall/zoology_block: the twelve attention cores and twelve modern layers at L 64); "
+                 "(reports/cpu_recall, re-run with Zoology's block; reports/cpu_recall/mlp_less_block, these cells); "
                  "also " + BUDGET_DIFFERS)
 # The preset itself (Zoology's block since 2026-12-06) differs from Zoology's recipe in the budget only.
 PUBLISHED_DIFFERENCES = {name: BUDGET_DIFFERS for name in (

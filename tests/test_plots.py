@@ -236,7 +236,7 @@ def test_family_scaling_figure_one_family_without_references(tmp_path, captured)
 def test_state_size_figure_labels_clear_each_other_points_and_panel(tmp_path, captured):
   """The recall trade-off figure (accuracy vs state size): points that share a state size and nearly an
   accuracy (as linear_transformer / rfa / performer at L = 64, and vanilla / longformer at the same
-  state), the committed L = 128 panel's cluster of five layers at 100 % within 4 160-5 184 scalars, long
+  state), the MLP-less table's L = 128 panel's cluster of five layers at 100 % within 4 160-5 184 scalars, long
   names near the panel's edges: every point's name is in a label (points a reader cannot tell apart share
   one, names comma-separated), no two labels overlap, no label covers a point, no leader line runs through
   another label, and every label stays inside its own panel."""
@@ -253,7 +253,7 @@ def test_state_size_figure_labels_clear_each_other_points_and_panel(tmp_path, ca
         ("rfa", 16900, 25.0), ("performer", 16900, 24.0), ("luna", 34000, 24.9)):
       rows.append({"task": "mqar", "seq_len": seq_len, "attention": name, "state_size": state,
                    "accuracy": max(accuracy + shift, 0.0), "d_model": 64, "rising": name == "local"})
-  for name, state, accuracy in (  # reports/cpu_recall at L = 128: the modern layers that recall
+  for name, state, accuracy in (  # reports/cpu_recall/mlp_less_block, L = 128: the modern layers that recall
       ("deltanet", 1600, 99.95), ("rwkv6", 4160, 99.99), ("rwkv7", 4160, 100.0), ("mlstm", 4612, 99.99),
       ("kda", 4672, 99.98), ("gated_deltanet", 5184, 100.0), ("mamba2", 8960, 100.0), ("mamba", 2432, 95.0)):
     rows.append({"task": "mqar", "seq_len": 128, "attention": name, "state_size": state, "accuracy": accuracy,
