@@ -253,7 +253,8 @@ def test_state_size_figure_labels_clear_each_other_points_and_panel(tmp_path, ca
         ("rfa", 16900, 25.0), ("performer", 16900, 24.0), ("luna", 34000, 24.9)):
       rows.append({"task": "mqar", "seq_len": seq_len, "attention": name, "state_size": state,
                    "accuracy": max(accuracy + shift, 0.0), "d_model": 64, "rising": name == "local"})
-  for name, state, accuracy in (  # reports/cpu_recall/mlp_less_block, L = 128: the modern layers that recall
+  # reports/cpu_recall/mlp_less_block, L = 128: the modern layers that recall (mamba: its seed-1 cell, mamba_seed/)
+  for name, state, accuracy in (
       ("deltanet", 1600, 99.95), ("rwkv6", 4160, 99.99), ("rwkv7", 4160, 100.0), ("mlstm", 4612, 99.99),
       ("kda", 4672, 99.98), ("gated_deltanet", 5184, 100.0), ("mamba2", 8960, 100.0), ("mamba", 2432, 95.0)):
     rows.append({"task": "mqar", "seq_len": 128, "attention": name, "state_size": state, "accuracy": accuracy,
